@@ -1,0 +1,5 @@
+"""Data loading helpers."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

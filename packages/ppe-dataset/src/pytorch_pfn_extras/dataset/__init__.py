@@ -1,0 +1,5 @@
+"""Datasets: TabularDataset and SharedDataset."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
