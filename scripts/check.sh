@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every check of the project, in the order CI runs them (called by `make test` and .ci/run).
+# Prints one timing line per step; stops at the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+V=.venv/bin
+SCRATCH=$(mktemp -d)
+trap 'rm -rf "$SCRATCH"' EXIT
+export MPLBACKEND=Agg
+
+step() {
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "== $name"
+  "$@"
+  echo "== $name: done in $((SECONDS - t0)) s"
+}
+
+step "ruff" bash -c "$V/ruff check . && $V/ruff format --check ."
+step "mypy (strict, every src/)" "$V/mypy"
+step "wheels: build and check contents" "$V/python" scripts/check_wheels.py --out "$SCRATCH/dist"
+step "each component alone in a fresh environment" bash scripts/isolated.sh "$SCRATCH/dist"
+step "full suite through the meta-package" "$V/python" -m pytest -n 2 -q -p no:cacheprovider
+step "main job" "$V/python" examples/train_digits.py --out "$SCRATCH/result"
+step "docs (mkdocs --strict)" "$V/mkdocs" build --strict --quiet --site-dir "$SCRATCH/site"
+echo "== all checks passed in $SECONDS s"
