@@ -1,0 +1,135 @@
+"""``ppe.to`` and ``ppe.map``: the user-facing entry points of the runtime system."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar, cast, overload
+
+import torch
+
+from pytorch_pfn_extras.runtime._base import BaseRuntime, type_name
+from pytorch_pfn_extras.runtime._code_block import CodeBlock, forward
+from pytorch_pfn_extras.runtime._registry import runtime_registry
+from pytorch_pfn_extras.runtime._tags import set_runtime
+
+_ModuleT = TypeVar("_ModuleT", bound=torch.nn.Module)
+
+
+@overload
+def to(
+    module_or_tensor: _ModuleT,
+    device: str | torch.device,
+    *,
+    options: Mapping[str, Any] | None = None,
+    runtime_class: type[BaseRuntime] | None = None,
+) -> _ModuleT: ...
+
+
+@overload
+def to(
+    module_or_tensor: torch.Tensor,
+    device: str | torch.device,
+    *,
+    options: Mapping[str, Any] | None = None,
+    runtime_class: type[BaseRuntime] | None = None,
+) -> torch.Tensor: ...
+
+
+def to(
+    module_or_tensor: torch.nn.Module | torch.Tensor,
+    device: str | torch.device,
+    *,
+    options: Mapping[str, Any] | None = None,
+    runtime_class: type[BaseRuntime] | None = None,
+) -> torch.nn.Module | torch.Tensor:
+    """Move a module or a tensor to a device, through the device's runtime.
+
+    The runtime class is looked up in ``ppe.runtime.runtime_registry`` by the
+    device type (``"cuda:0"`` -> ``"cuda"``; unregistered types use
+    ``PyTorchRuntime``) unless ``runtime_class`` is given. For a module, one
+    runtime is created and every submodule is tagged with it (read the tag with
+    ``ppe.runtime.get_runtime``); the tag is not part of the module's state, so
+    pickles, deep copies and state dicts do not carry it.
+
+    Args:
+        module_or_tensor: The module or tensor to move.
+        device: The destination: a ``torch.device``, or a string such as
+            ``"cuda:0"`` or a registered custom device name.
+        options: Options for the runtime (see ``PyTorchRuntime``).
+        runtime_class: The runtime class to use instead of the registered one.
+
+    Returns:
+        The moved module (the same object for PyTorch devices) or tensor.
+
+    Raises:
+        ValueError: ``module_or_tensor`` is neither a module nor a tensor, or
+            the runtime rejects the device or the options.
+        TypeError: ``runtime_class`` is not a ``BaseRuntime`` subclass.
+
+    Example:
+        >>> model = ppe.to(model, "cuda:0", options={"autocast": True})
+        >>> x = ppe.to(x, "cuda:0")
+    """
+    if not isinstance(module_or_tensor, (torch.nn.Module, torch.Tensor)):
+        message = f"ppe.to() expects a torch.nn.Module or a torch.Tensor, got {type_name(module_or_tensor)}"
+        raise ValueError(message)
+    if runtime_class is None:
+        runtime_class = runtime_registry.get_runtime_class_for_device_spec(device)
+    elif not (isinstance(runtime_class, type) and issubclass(runtime_class, BaseRuntime)):
+        message = f"runtime_class must be a subclass of BaseRuntime, got {runtime_class!r}"
+        raise TypeError(message)
+    runtime = runtime_class(device, {} if options is None else options)
+    if isinstance(module_or_tensor, torch.Tensor):
+        return runtime.move_tensor(module_or_tensor)
+    _tag_all(module_or_tensor, runtime)
+    moved = runtime.move_module(module_or_tensor)
+    if moved is None:
+        return module_or_tensor
+    if moved is not module_or_tensor:
+        _tag_all(moved, runtime)
+    return moved
+
+
+def _tag_all(module: torch.nn.Module, runtime: BaseRuntime) -> None:
+    for submodule in module.modules():
+        set_runtime(submodule, runtime)
+
+
+def map(
+    func: torch.nn.Module | CodeBlock,
+    iterable: Iterable[Any],
+    out_keys: Iterable[str] | str | None = None,
+    device: str | torch.device = "cpu",
+) -> Iterator[Any]:
+    """Apply a module or CodeBlock to every item of ``iterable`` through its runtime.
+
+    The module's runtime (set by ``ppe.to``) decides how the items are
+    executed; a runtime for an asynchronous device can keep several batches in
+    flight, and only the outputs named by ``out_keys`` are transferred back.
+
+    Args:
+        func: A module moved with ``ppe.to`` (run as ``forward(func)``) or a
+            CodeBlock.
+        iterable: The batches.
+        out_keys: Keys of the outputs to return; ``None`` returns whole outputs.
+        device: The device the returned tensors are moved to.
+
+    Returns:
+        A lazy iterator over the outputs.
+
+    Raises:
+        ValueError: ``func`` is a module that was not moved with ``ppe.to``.
+        TypeError: ``func`` is neither a module nor a CodeBlock.
+
+    Example:
+        >>> for out in ppe.map(model, loader, out_keys=["y"]):
+        ...     predictions.append(out["y"])
+    """
+    if isinstance(func, CodeBlock):
+        block = func
+    elif isinstance(func, torch.nn.Module):
+        block = forward(func)
+    else:
+        message = f"ppe.map() expects a torch.nn.Module or a CodeBlock, got {type_name(func)}"
+        raise TypeError(message)
+    return block.runtime.map(cast(Callable[[Any], Any], block), iterable, out_keys, device)
