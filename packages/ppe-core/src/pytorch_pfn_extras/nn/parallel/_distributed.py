@@ -1,0 +1,245 @@
+"""Data parallelism that averages gradients with plain collectives after backward."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.hooks import RemovableHandle
+
+from pytorch_pfn_extras.nn.parallel._collectives import all_reduce_mean, broadcast_from_first
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+CollectiveFunction = Callable[[Sequence[torch.Tensor], "ProcessGroup | None"], None]
+
+# Keyword arguments of torch.nn.parallel.DistributedDataParallel that have no meaning
+# here; accepted (with a warning) so that the two classes are interchangeable.
+_TORCH_DDP_ARGUMENTS = frozenset(
+    {
+        "device_ids",
+        "output_device",
+        "dim",
+        "init_sync",
+        "bucket_cap_mb",
+        "find_unused_parameters",
+        "check_reduction",
+        "gradient_as_bucket_view",
+        "static_graph",
+        "delay_all_reduce_named_params",
+        "param_to_hook_all_reduce",
+        "mixed_precision",
+        "device_mesh",
+        "skip_all_reduce_unused_params",
+        "bucket_cap_mb_list",
+        "batched_grad_copy",
+        "forward_sync_buffers",
+    }
+)
+
+
+def _torch_ddp_arguments() -> frozenset[str]:
+    # Names added by newer torch releases are accepted too.
+    signature = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__)
+    return _TORCH_DDP_ARGUMENTS | frozenset(signature.parameters) - {"self", "module"}
+
+
+def _queue_end_of_backward(callback: Callable[[], None]) -> None:
+    # The autograd engine's callback queue: run ``callback`` once the current backward
+    # pass has finished accumulating every gradient (torch's own DDP/FSDP use it too).
+    engine: Any = torch.autograd.Variable._execution_engine
+    engine.queue_callback(callback)
+
+
+def _tensors_requiring_grad(outputs: Any) -> Iterator[torch.Tensor]:
+    if isinstance(outputs, torch.Tensor):
+        if outputs.requires_grad:
+            yield outputs
+    elif isinstance(outputs, (list, tuple)):
+        for item in outputs:
+            yield from _tensors_requiring_grad(item)
+    elif isinstance(outputs, dict):
+        for item in outputs.values():
+            yield from _tensors_requiring_grad(item)
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """Module for distributed data parallelism.
+
+    Every process runs the same model on its own part of the batch. At construction
+    the parameters (and buffers, with ``broadcast_buffers``) of the first rank are
+    broadcast to all ranks; after every backward pass of an output of this module, the
+    gradients are averaged over the ranks, so that each rank holds the gradient of the
+    mean loss over the whole batch, and the buffers are broadcast again.
+
+    Unlike :class:`torch.nn.parallel.DistributedDataParallel`, the computation graph may
+    differ between ranks and between iterations: with ``negotiate_grads`` the ranks agree
+    on which parameters got a gradient, and the others contribute zeros.
+
+    Args:
+        module: torch.nn.Module object to be trained.
+        broadcast_buffers: Broadcast buffers from the first rank at construction and
+            after backward computations. Broadcasting buffers may be helpful when the
+            module includes BatchNormalization. However, it will degrade training
+            throughput.
+        negotiate_grads: Agree on the set of parameters to reduce before each
+            all-reduce. This is necessary when the computation graph of the module is
+            dynamic (a parameter gets no gradient on some ranks).
+        process_group: Process group used for broadcasting and reducing
+            (default: the world group).
+        reduce_function: ``fn(grads, process_group)`` replacing the default all-reduce;
+            it must reduce ``grads`` in place (the default averages them).
+        broadcast_function: ``fn(tensors, process_group)`` replacing the default
+            broadcast from the group's first rank; it must update ``tensors`` in place.
+        **kwargs: Arguments of :class:`torch.nn.parallel.DistributedDataParallel`
+            (``device_ids``, ``find_unused_parameters``, ...), accepted for
+            compatibility and ignored with a warning.
+
+    Raises:
+        RuntimeError: torch.distributed is unavailable or not initialized.
+        TypeError: A keyword argument that torch's DistributedDataParallel does not have.
+
+    Example:
+        >>> torch.distributed.init_process_group("gloo", ...)  # doctest: +SKIP
+        >>> model = DistributedDataParallel(Net())  # doctest: +SKIP
+        >>> loss = model(x_local).mean()  # doctest: +SKIP
+        >>> loss.backward()  # grads are now averaged over the ranks  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        broadcast_buffers: bool = True,
+        negotiate_grads: bool = True,
+        process_group: ProcessGroup | None = None,
+        reduce_function: CollectiveFunction | None = None,
+        broadcast_function: CollectiveFunction | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """This module receives keyword arguments for the compatibility with
+        torch.nn.parallel.DistributedDataParallel. It shows a warning when setting the
+        ignored arguments.
+        """
+        super().__init__()
+        if kwargs:
+            unknown = sorted(set(kwargs) - _TORCH_DDP_ARGUMENTS)
+            if unknown:
+                unknown = sorted(set(unknown) - _torch_ddp_arguments())
+            if unknown:
+                message = (
+                    f"DistributedDataParallel got unexpected keyword arguments {unknown}; "
+                    "it accepts module, broadcast_buffers, negotiate_grads, process_group, "
+                    "reduce_function, broadcast_function and the keyword arguments of "
+                    "torch.nn.parallel.DistributedDataParallel (which it ignores)"
+                )
+                raise TypeError(message)
+            message = (
+                "DistributedDataParallel ignores these arguments of "
+                f"torch.nn.parallel.DistributedDataParallel: {', '.join(sorted(kwargs))}"
+            )
+            warnings.warn(message, UserWarning, stacklevel=2)
+        if not dist.is_available() or not dist.is_initialized():
+            message = (
+                "DistributedDataParallel needs an initialized default process group: "
+                "call torch.distributed.init_process_group() first"
+            )
+            raise RuntimeError(message)
+
+        self.module = module
+        self._broadcast_buffers = broadcast_buffers
+        self._negotiate_grads = negotiate_grads
+        self._process_group = process_group
+        self._reduce_function: CollectiveFunction = reduce_function or all_reduce_mean
+        self._broadcast_function: CollectiveFunction = broadcast_function or broadcast_from_first
+        self._require_sync = True
+        self._sync_queued = False
+        self._comm_hooks: OrderedDict[int, Callable[[DistributedDataParallel], None]] = (
+            OrderedDict()
+        )
+
+        state: list[torch.Tensor] = [*module.parameters()]
+        if broadcast_buffers:
+            state.extend(module.buffers())
+        if state:
+            self._broadcast_function(state, process_group)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the wrapped module; a backward through the outputs synchronizes gradients."""
+        outputs = self.module(*args, **kwargs)
+        if self._require_sync and torch.is_grad_enabled():
+            self._sync_queued = False
+            for tensor in _tensors_requiring_grad(outputs):
+                tensor.register_hook(self._on_output_grad)  # type: ignore[no-untyped-call]
+        return outputs
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """A context manager to disable synchronization after backward.
+
+        Gradients of the forward passes run inside the context stay local to each rank
+        and accumulate; the first backward of a forward run outside the context
+        averages the accumulated gradients.
+
+        Example:
+            >>> with ddp.no_sync():  # doctest: +SKIP
+            ...     ddp(x1).sum().backward()  # local only
+            >>> ddp(x2).sum().backward()  # averages the sum of both  # doctest: +SKIP
+        """
+        previous = self._require_sync
+        self._require_sync = False
+        try:
+            yield
+        finally:
+            self._require_sync = previous
+
+    def register_comm_hook(
+        self, hook: Callable[[DistributedDataParallel], None]
+    ) -> RemovableHandle:
+        """Registers a hook function, invoked with this module before each synchronization.
+
+        Args:
+            hook: Callable invoked as ``hook(ddp_module)`` after backward, before the
+                gradients are reduced.
+
+        Returns:
+            A handle whose ``remove()`` unregisters the hook.
+        """
+        handle = RemovableHandle(self._comm_hooks)
+        self._comm_hooks[handle.id] = hook
+        return handle
+
+    # ------------------------------------------------------------------ synchronization
+    def _on_output_grad(self, grad: torch.Tensor) -> None:
+        if not self._sync_queued:
+            self._sync_queued = True
+            _queue_end_of_backward(self._synchronize)
+
+    def _synchronize(self) -> None:
+        self._sync_queued = False
+        for hook in list(self._comm_hooks.values()):
+            hook(self)
+        params = [param for param in self.module.parameters() if param.requires_grad]
+        if self._negotiate_grads and params:
+            has_grad = torch.tensor(
+                [param.grad is not None for param in params],
+                dtype=torch.int32,
+                device=params[0].device,
+            )
+            dist.all_reduce(has_grad, op=dist.ReduceOp.MAX, group=self._process_group)
+            for param, flag in zip(params, has_grad.tolist()):
+                if flag and param.grad is None:
+                    param.grad = torch.zeros_like(param)
+        grads = [param.grad for param in params if param.grad is not None]
+        if grads:
+            self._reduce_function(grads, self._process_group)
+        if self._broadcast_buffers:
+            buffers = list(self.module.buffers())
+            if buffers:
+                self._broadcast_function(buffers, self._process_group)
