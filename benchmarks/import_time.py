@@ -65,7 +65,9 @@ def main() -> None:
         heavy.update(with_ppe["heavy"])  # type: ignore[arg-type]
         torch_alone.append(float(sample("")["torch"]))  # type: ignore[arg-type]
     cost = statistics.median(ppe_costs)
-    print(f"import torch (median of {args.repeats} fresh processes): {statistics.median(torch_alone):.3f} s")
+    print(
+        f"import torch (median of {args.repeats} fresh processes): {statistics.median(torch_alone):.3f} s"
+    )
     print(f"import pytorch_pfn_extras on top of torch:            {cost:.3f} s (target < 0.300 s)")
     print(f"heavy optional modules imported: {sorted(heavy) or 'none'}")
 

@@ -32,7 +32,14 @@ SUBPACKAGES = (
     "utils",
     "writing",
 )
-COMPONENTS = ("ppe-core", "ppe-training", "ppe-runtime-cuda", "ppe-onnx", "ppe-config", "ppe-dataset")
+COMPONENTS = (
+    "ppe-core",
+    "ppe-training",
+    "ppe-runtime-cuda",
+    "ppe-onnx",
+    "ppe-config",
+    "ppe-dataset",
+)
 
 
 @pytest.mark.parametrize("name", SUBPACKAGES)
@@ -84,7 +91,11 @@ def test_python_m_prints_every_component_torch_numpy_and_optional_versions() -> 
     out = subprocess.run(
         [sys.executable, "-m", "pytorch_pfn_extras"], check=True, capture_output=True, text=True
     ).stdout
-    lines = {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines() if line.startswith("  ")}
+    lines = {
+        line.split()[0]: line.split(None, 1)[1]
+        for line in out.splitlines()
+        if line.startswith("  ")
+    }
     for dist in (*COMPONENTS, "pytorch-pfn-extras", "torch", "numpy", "onnx", "optuna"):
         assert lines[dist] == importlib.metadata.version(dist)
     assert lines["cupy-cuda12x"] == "not installed"

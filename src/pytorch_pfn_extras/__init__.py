@@ -2,6 +2,6 @@
 
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
-from pytorch_pfn_extras._version import __version__  # noqa: E402
+from pytorch_pfn_extras._version import __version__
 
 __all__ = ["__version__"]

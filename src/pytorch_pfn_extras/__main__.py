@@ -46,8 +46,15 @@ def _version(name: str) -> str:
 
 def report() -> str:
     """Return the version report as text, one ``name: version`` line per package."""
-    lines = [f"python: {platform.python_version()} ({sys.executable})", f"platform: {platform.platform()}"]
-    for title, names in (("components", COMPONENTS), ("required", REQUIRED), ("optional", OPTIONAL)):
+    lines = [
+        f"python: {platform.python_version()} ({sys.executable})",
+        f"platform: {platform.platform()}",
+    ]
+    for title, names in (
+        ("components", COMPONENTS),
+        ("required", REQUIRED),
+        ("optional", OPTIONAL),
+    ):
         lines.append(f"[{title}]")
         width = max(len(n) for n in names)
         lines.extend(f"  {name:<{width}}  {_version(name)}" for name in names)
