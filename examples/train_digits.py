@@ -48,6 +48,7 @@ def mlp(in_features: int, hidden: list[int], n_classes: int, dropout: float) -> 
 
 TYPES = {
     "MLP": mlp,
+    "parameters": lambda module: list(module.parameters()),
     "SGD": torch.optim.SGD,
     "Adam": torch.optim.Adam,
 }

@@ -1,5 +1,20 @@
-"""Lazily evaluated configuration with substitution and references."""
+"""Lazily evaluated configuration with substitution and references.
+
+Pure Python: importing it needs neither torch nor NumPy (PyYAML only to read YAML files).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from pytorch_pfn_extras.config._config import Config
+from pytorch_pfn_extras.config._customize import customize_type
+from pytorch_pfn_extras.config._errors import CircularReferenceError, ConfigError, ConfigKeyError
+from pytorch_pfn_extras.config._version import __version__
+
+__all__ = [
+    "CircularReferenceError",
+    "Config",
+    "ConfigError",
+    "ConfigKeyError",
+    "__version__",
+    "customize_type",
+]

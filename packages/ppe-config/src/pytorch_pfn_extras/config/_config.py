@@ -1,0 +1,381 @@
+"""The lazily evaluated config tree."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pytorch_pfn_extras.config._customize import default_kwargs_of
+from pytorch_pfn_extras.config._errors import (
+    CircularReferenceError,
+    ConfigError,
+    ConfigKeyError,
+)
+from pytorch_pfn_extras.config._load import load_tree
+from pytorch_pfn_extras.config._path import (
+    MISSING,
+    KeyPath,
+    dict_key,
+    format_chain,
+    format_path,
+    list_index,
+    parse_path,
+)
+from pytorch_pfn_extras.config._update import update_tree
+
+if TYPE_CHECKING:
+    from typing import Self
+
+# The nodes being evaluated, outermost first (an ordered set): detects cycles, names the chain.
+_Stack = dict[KeyPath, None]
+
+
+class Config:
+    """A config tree whose values are computed lazily, on first access, and then cached.
+
+    ``config`` is a tree of dicts, lists and scalars (what ``json.load`` or ``yaml.safe_load``
+    return). Reading a path evaluates the node there:
+
+    - a dict with a ``type`` key is replaced by ``types[type](**other_keys)``, its arguments
+      evaluated first (nested typed dicts, classes and lambdas all work); a ``type`` that is
+      itself a reference or a typed dict must evaluate to a name of ``types``;
+    - a string ``'@/absolute/path'`` or ``'@relative/../path'`` is replaced by the value at
+      that path (relative paths start at the dict or list holding the string);
+      ``'@/path.attr'`` takes an attribute of that value, ``'@!/path'`` its raw tree;
+    - dicts and lists are evaluated element by element; other values are returned as they are.
+
+    Every node is evaluated at most once: a callable runs only if something needs its value,
+    and a node referenced from several places is computed once and shared (the same object).
+    ``config['!/path']`` returns the raw tree under ``/path``, without evaluating anything.
+    Treat returned values as read-only: they are the cached values.
+
+    Args:
+        config: The raw tree.
+        types: Names usable as ``type``, mapped to callables (functions, classes, lambdas).
+
+    Raises:
+        ConfigKeyError: (on access) a missing key, a bad list index, an unknown type, or a
+            reference to a path that does not exist.
+        CircularReferenceError: (on access) references that form a cycle; the message shows
+            it, e.g. ``/a -> /b -> /a``.
+        ConfigError: (on access) a callable that raised (its exception is chained as
+            ``__cause__``) or a missing attribute.
+
+    Example:
+        >>> config = Config(
+        ...     {"name": {"type": "concat", "x0": "First", "x1": "@/last"}, "last": "Last"},
+        ...     {"concat": lambda x0, x1: x0 + " " + x1},
+        ... )
+        >>> config["/name"]
+        'First Last'
+        >>> config["!/name"]
+        {'type': 'concat', 'x0': 'First', 'x1': '@/last'}
+    """
+
+    def __init__(self, config: Any, types: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        self._config = config
+        self._types: dict[str, Callable[..., Any]] = dict(types) if types is not None else {}
+        self._cache: dict[KeyPath, Any] = {}
+
+    @classmethod
+    def load_path(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        loader: Callable[[str], Any] | None = None,
+        types: Mapping[str, Callable[..., Any]] | None = None,
+    ) -> Self:
+        """Read a config file, resolving its ``import`` key, and wrap it in a `Config`.
+
+        A top-level ``import: other.json`` (or a list of files) merges those files first, in
+        order, then the importing file's own keys on top: dicts merge key by key, other values
+        replace, and a dict whose ``type`` differs from the imported one replaces it whole.
+        Imported paths are relative to the importing file; imports may nest.
+
+        Args:
+            path: The file to read.
+            loader: Called with a file's path, returns its raw tree. ``None`` reads JSON, or
+                YAML (``yaml.safe_load``) for ``.yaml``/``.yml`` files. The stream parsers
+                ``json.load``, ``yaml.safe_load``, ``yaml.full_load`` and ``yaml.unsafe_load``
+                may be passed directly: they get the opened file.
+            types: As for `Config`.
+
+        Returns:
+            The config (nothing is evaluated yet).
+
+        Raises:
+            FileNotFoundError: The file, or a file it imports, does not exist.
+            ValueError: A file is not valid JSON, or its ``import`` value is not a file name
+                or a list of them.
+            CircularReferenceError: Files import each other in a cycle (the message shows it).
+            ImportError: A YAML file without PyYAML: ``pip install "ppe-config[yaml]"``.
+
+        Example:
+            >>> config = Config.load_path("train.yaml", types={"MLP": MLP})
+        """
+        return cls(load_tree(os.fspath(path), loader), types)
+
+    def update_via_args(self, args: Iterable[tuple[str, Any]]) -> None:
+        """Override raw values, e.g. from the command line, and forget cached values.
+
+        A string value is cast to the type of the value it replaces: ``int`` and ``float``
+        by their constructors, ``bool`` from ``"true"``/``"false"`` (any case), ``None``,
+        lists and dicts from JSON (``'[64, 32]'``); other values are stored as given. The
+        updates apply together: if one fails, none does.
+
+        Args:
+            args: ``(path, value)`` pairs such as ``("/optimizer/lr", "0.01")``; each path
+                must exist in the raw tree and may not pass through a reference.
+
+        Raises:
+            ConfigKeyError: A path that does not exist.
+            ValueError: A string that cannot be cast to the existing type.
+
+        Example:
+            >>> config.update_via_args([("/optimizer/lr", "0.01"), ("/debug", "true")])
+        """
+        tree = self._config
+        for path, value in args:
+            tree = update_tree(tree, path, value)
+        self._config = tree
+        self._cache.clear()
+
+    def __getitem__(self, path: str) -> Any:
+        """Evaluate the value at ``path`` (``'/a/b/0'``, ``'/a.attr'``, ``'!/a'`` for raw)."""
+        if not isinstance(path, str):
+            message = f"config paths are strings such as '/model/lr', got {path!r}"
+            raise TypeError(message)
+        try:
+            parsed = parse_path(path, ())
+        except ValueError as exc:
+            message = f"invalid config path {path!r}: {exc}"
+            raise ConfigKeyError(message, path=path) from None
+        stack: _Stack = {}
+        try:
+            key, node = self._locate(parsed.keys, stack, None, path, ())
+            value = node if parsed.raw else self._eval(key, node, stack)
+            if parsed.attrs:
+                value = self._getattrs(value, parsed.attrs, key, None, path, stack)
+        except RecursionError as exc:
+            message = (
+                f"evaluating config path {path!r} nests deeper than Python's recursion limit "
+                f"({sys.getrecursionlimit()}): the config has a very long chain of references "
+                "or very deep nesting"
+            )
+            raise ConfigError(message, path=path) from exc
+        return value
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _eval(self, key: KeyPath, node: Any, stack: _Stack) -> Any:
+        if isinstance(node, str):
+            if not node.startswith("@"):
+                return node
+        elif not isinstance(node, (dict, list, tuple, Mapping)):
+            return node
+        value = self._cache.get(key, MISSING)
+        if value is not MISSING:
+            return value
+        if key in stack:
+            keys = list(stack)
+            start = keys.index(key)
+            note = _chain_note([*keys, key]) if start else ""
+            message = f"circular reference: {format_chain([*keys[start:], key])}{note}"
+            raise CircularReferenceError(
+                message, path=format_path(key), trace=tuple(map(format_path, keys))
+            )
+        stack[key] = None
+        try:
+            if isinstance(node, str):
+                value = self._eval_reference(key, node, stack)
+            elif isinstance(node, (dict, Mapping)):
+                if "type" in node:
+                    value = self._call(key, node, stack)
+                else:
+                    value = {k: self._eval((*key, k), v, stack) for k, v in node.items()}
+            else:
+                items = [self._eval((*key, i), v, stack) for i, v in enumerate(node)]
+                value = items if isinstance(node, list) else tuple(items)
+        finally:
+            del stack[key]
+        self._cache[key] = value
+        return value
+
+    def _eval_reference(self, key: KeyPath, text: str, stack: _Stack) -> Any:
+        try:
+            parsed = parse_path(text[1:], key[:-1])
+        except ValueError as exc:
+            message = f"{format_path(key)}: invalid reference {text!r}: {exc}{_chain_note(stack)}"
+            raise ConfigKeyError(message, path=format_path(key), trace=_trace(stack)) from None
+        target, node = self._locate(parsed.keys, stack, key, text, ())
+        value = node if parsed.raw else self._eval(target, node, stack)
+        if parsed.attrs:
+            value = self._getattrs(value, parsed.attrs, target, key, text, stack)
+        return value
+
+    def _call(self, key: KeyPath, node: Mapping[Any, Any], stack: _Stack) -> Any:
+        name = node["type"]
+        if not isinstance(name, str) or name.startswith("@"):
+            name = self._eval((*key, "type"), name, stack)
+            if not isinstance(name, str):
+                message = (
+                    f"{format_path(key)}: 'type' must evaluate to the name of a type (a "
+                    f"string), got {name!r}{_chain_note(stack)}"
+                )
+                raise ConfigError(message, path=format_path(key), trace=_trace(stack))
+        fn = self._types.get(name)
+        if fn is None:
+            raise self._unknown_type(key, name, stack)
+        kwargs = {k: self._eval((*key, k), v, stack) for k, v in node.items() if k != "type"}
+        defaults = default_kwargs_of(fn)
+        if defaults:
+            for arg, ref in defaults.items():
+                if arg not in node:
+                    kwargs[arg] = self._eval((*key, arg), "@" + ref, stack)
+        try:
+            return fn(**kwargs)
+        except Exception as exc:
+            message = (
+                f"{format_path(key)}: type {name!r} ({_describe(fn)}) called with arguments "
+                f"({', '.join(map(str, kwargs))}) raised {type(exc).__name__}: {exc}"
+                f"{_chain_note(stack)}"
+            )
+            raise ConfigError(message, path=format_path(key), trace=_trace(stack)) from exc
+
+    def _unknown_type(self, key: KeyPath, name: str, stack: _Stack) -> ConfigKeyError:
+        import difflib
+
+        known = sorted(self._types)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        listed = ", ".join(map(repr, known)) if known else "none (no types were given)"
+        message = (
+            f"{format_path(key)}: unknown type {name!r}{hint}; known types: {listed}"
+            f"{_chain_note(stack)}"
+        )
+        return ConfigKeyError(message, path=format_path(key), trace=_trace(stack))
+
+    def _getattrs(
+        self,
+        value: Any,
+        attrs: tuple[str, ...],
+        target: KeyPath,
+        at: KeyPath | None,
+        text: str,
+        stack: _Stack,
+    ) -> Any:
+        for i, attr in enumerate(attrs):
+            try:
+                value = getattr(value, attr)
+            except AttributeError as exc:
+                owner = format_path(target) + "".join("." + a for a in attrs[:i])
+                message = (
+                    f"{_where(at, text)}: the {type(value).__name__} object at {owner} has no "
+                    f"attribute {attr!r}{_chain_note(stack)}"
+                )
+                where = text if at is None else format_path(at)
+                raise ConfigError(message, path=where, trace=_trace(stack)) from exc
+        return value
+
+    # ------------------------------------------------------------------ path lookup
+
+    def _locate(
+        self,
+        keys: tuple[Any, ...],
+        stack: _Stack,
+        at: KeyPath | None,
+        text: str,
+        following: tuple[KeyPath, ...],
+    ) -> tuple[KeyPath, Any]:
+        """Find the raw node at ``keys``: its canonical key (real dict keys, list indices as
+        ints) and the node. A reference met on the way is followed, so ``/a/x`` works when
+        ``/a`` is ``'@/b'``. ``at``/``text`` name the reference (or access) for messages."""
+        node = self._config
+        canon: KeyPath = ()
+        for comp in keys:
+            followed = following
+            while isinstance(node, str) and node.startswith("@"):
+                previous = canon
+                canon, node = self._follow(canon, node, stack, at, text, followed)
+                followed = (*followed, previous)
+            if isinstance(node, (dict, Mapping)):
+                k = dict_key(comp, node)
+                if k is MISSING:
+                    shown = ", ".join(map(repr, list(node)[:20])) or "none"
+                    detail = f"{format_path(canon)} has no key {comp!r} (its keys: {shown})"
+                    raise self._not_found(at, text, detail, stack)
+            elif isinstance(node, (list, tuple)):
+                k = list_index(comp, len(node))
+                if k is MISSING:
+                    detail = (
+                        f"{format_path(canon)} is a list of {len(node)} items, so {comp!r} is "
+                        f"not a valid index (expected an integer in [0, {len(node)}))"
+                    )
+                    raise self._not_found(at, text, detail, stack)
+            else:
+                detail = (
+                    f"{format_path(canon)} is a {type(node).__name__} ({node!r:.60}), not a "
+                    f"dict or a list, so it has no item {comp!r}"
+                )
+                raise self._not_found(at, text, detail, stack)
+            canon = (*canon, k)
+            node = node[k]
+        return canon, node
+
+    def _follow(
+        self,
+        canon: KeyPath,
+        node: str,
+        stack: _Stack,
+        at: KeyPath | None,
+        text: str,
+        following: tuple[KeyPath, ...],
+    ) -> tuple[KeyPath, Any]:
+        if canon in following:
+            cycle = format_chain([*following[following.index(canon) :], canon])
+            message = f"{_where(at, text)}: circular reference: {cycle}{_chain_note(stack)}"
+            raise CircularReferenceError(message, path=format_path(canon), trace=_trace(stack))
+        try:
+            parsed = parse_path(node[1:], canon[:-1])
+        except ValueError as exc:
+            detail = f"{format_path(canon)} holds an invalid reference {node!r}: {exc}"
+            raise self._not_found(at, text, detail, stack) from None
+        if parsed.raw or parsed.attrs:
+            detail = (
+                f"{format_path(canon)} is {node!r}, whose value is not part of the config tree "
+                "('!' or attribute access), so a path cannot continue below it"
+            )
+            raise self._not_found(at, text, detail, stack)
+        return self._locate(parsed.keys, stack, canon, node, (*following, canon))
+
+    def _not_found(
+        self, at: KeyPath | None, text: str, detail: str, stack: _Stack
+    ) -> ConfigKeyError:
+        message = f"{_where(at, text)} not found: {detail}{_chain_note(stack)}"
+        where = text if at is None else format_path(at)
+        return ConfigKeyError(message, path=where, trace=_trace(stack))
+
+
+def _where(at: KeyPath | None, text: str) -> str:
+    if at is None:
+        return f"config path {text!r}"
+    return f"{format_path(at)}: reference {text!r}"
+
+
+def _chain_note(keys: Iterable[KeyPath]) -> str:
+    keys = list(keys)
+    if len(keys) < 2:
+        return ""
+    return f" (evaluation chain: {format_chain(keys)})"
+
+
+def _trace(stack: _Stack) -> tuple[str, ...]:
+    return tuple(map(format_path, stack))
+
+
+def _describe(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"{module}.{name}" if module else name

@@ -1,0 +1,122 @@
+"""``Config.update_via_args``: override raw values, casting strings to the existing type."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pytorch_pfn_extras.config._errors import ConfigKeyError
+from pytorch_pfn_extras.config._path import (
+    MISSING,
+    dict_key,
+    format_path,
+    list_index,
+    parse_path,
+)
+
+
+def update_tree(tree: Any, path: str, value: Any) -> Any:
+    """Return a copy of ``tree`` with the value at ``path`` replaced (``tree`` is unchanged:
+    only the containers on the way are copied)."""
+    if not isinstance(path, str):
+        message = f"update_via_args: paths are strings such as '/optimizer/lr', got {path!r}"
+        raise TypeError(message)
+    try:
+        parsed = parse_path(path, ())
+    except ValueError as exc:
+        message = f"update_via_args: invalid config path {path!r}: {exc}"
+        raise ConfigKeyError(message, path=path) from None
+    if parsed.raw or parsed.attrs or not parsed.keys:
+        message = (
+            f"update_via_args: expected the path of a value such as '/optimizer/lr', got "
+            f"{path!r} (no '!', no attribute access, not the root)"
+        )
+        raise ConfigKeyError(message, path=path)
+    nodes = [tree]
+    keys: list[Any] = []
+    for comp in parsed.keys:
+        node = nodes[-1]
+        where = format_path(tuple(keys))
+        if isinstance(node, Mapping):
+            k = dict_key(comp, node)
+            if k is MISSING:
+                shown = ", ".join(map(repr, list(node)[:20])) or "none"
+                message = (
+                    f"update_via_args: config path {path!r} does not exist: {where} has no key "
+                    f"{comp!r} (its keys: {shown})"
+                )
+                raise ConfigKeyError(message, path=path)
+        elif isinstance(node, (list, tuple)):
+            k = list_index(comp, len(node))
+            if k is MISSING:
+                message = (
+                    f"update_via_args: config path {path!r} does not exist: {where} is a list "
+                    f"of {len(node)} items, so {comp!r} is not a valid index"
+                )
+                raise ConfigKeyError(message, path=path)
+        else:
+            message = (
+                f"update_via_args: config path {path!r} does not exist in the raw config: "
+                f"{where} is {node!r:.60}, not a dict or a list (update the path a reference "
+                "points to instead of going through it)"
+            )
+            raise ConfigKeyError(message, path=path)
+        keys.append(k)
+        nodes.append(node[k])
+    new = _cast(path, nodes[-1], value)
+    for node, k in zip(reversed(nodes[:-1]), reversed(keys)):
+        if isinstance(node, Mapping):
+            new = {**node, k: new}
+        elif isinstance(node, list):
+            new = [*node[:k], new, *node[k + 1 :]]
+        else:
+            new = (*node[:k], new, *node[k + 1 :])
+    return new
+
+
+def _cast(path: str, old: Any, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    expected = type(old).__name__
+    if isinstance(old, bool):
+        lowered = value.strip().lower()
+        if lowered in ("true", "false"):
+            return lowered == "true"
+        message = (
+            f"update_via_args: {path} holds a bool, so its new value must be 'true' or "
+            f"'false', got {value!r}"
+        )
+        raise ValueError(message)
+    if isinstance(old, (int, float)):
+        try:
+            return type(old)(value)
+        except ValueError:
+            message = (
+                f"update_via_args: {path} holds {expected} {old!r}, and {value!r} is not "
+                f"a valid {expected}"
+            )
+            raise ValueError(message) from None
+    if isinstance(old, str):
+        return value
+    if old is None or isinstance(old, (Mapping, list, tuple)):
+        try:
+            new = json.loads(value)
+        except ValueError:
+            message = (
+                f"update_via_args: {path} holds {old!r:.60}, so its new value is parsed as "
+                f"JSON, and {value!r} is not valid JSON"
+            )
+            raise ValueError(message) from None
+        if isinstance(old, Mapping) and not isinstance(new, dict):
+            message = f"update_via_args: {path} holds a dict; expected a JSON object, got {value!r}"
+            raise ValueError(message)
+        if isinstance(old, (list, tuple)) and not isinstance(new, list):
+            message = f"update_via_args: {path} holds a list; expected a JSON array, got {value!r}"
+            raise ValueError(message)
+        return tuple(new) if isinstance(old, tuple) else new
+    message = (
+        f"update_via_args: {path} holds a value of type {expected}, which a string cannot be "
+        "cast to; pass the new value itself instead of a string"
+    )
+    raise ValueError(message)
