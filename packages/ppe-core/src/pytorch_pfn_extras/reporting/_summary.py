@@ -1,0 +1,484 @@
+"""Online mean/std statistics that keep tensors on their device until a reader needs them.
+
+``Summary.add`` is on the training hot path (every iteration, every reported key), so values are
+dispatched on their exact type through a dict, and a tensor costs one ``clone`` plus a list append:
+pending tensors are folded into on-device accumulators in batches, and converted to Python only
+by ``compute_mean``/``make_statistics``/``state_dict`` (one host transfer per device).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+# Pending tensors are folded into the accumulators once this many have been added.
+_FOLD_EVERY = 64
+
+# One of these kinds per value type; unknown types are classified once and cached.
+_NUMBER = 0
+_TENSOR = 1
+_ARRAY = 2
+_CALLABLE = 3
+_TUPLE = 4
+_OTHER = 5
+
+_KINDS: dict[type, int] = {
+    float: _NUMBER,
+    int: _NUMBER,
+    bool: _NUMBER,
+    torch.Tensor: _TENSOR,
+    torch.nn.Parameter: _TENSOR,
+    np.ndarray: _ARRAY,
+    tuple: _TUPLE,
+    str: _OTHER,
+    bytes: _OTHER,
+    type(None): _OTHER,
+}
+
+
+def _kind_of(value: object) -> int:
+    cls = type(value)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        if issubclass(cls, torch.Tensor):
+            kind = _TENSOR
+        elif issubclass(cls, (str, bytes)):
+            kind = _OTHER
+        elif issubclass(cls, (np.ndarray, np.generic)):
+            kind = _ARRAY
+        elif issubclass(cls, numbers.Real):
+            kind = _NUMBER
+        elif issubclass(cls, tuple):
+            kind = _TUPLE
+        elif callable(value):
+            kind = _CALLABLE
+        else:
+            kind = _OTHER
+        _KINDS[cls] = kind
+    return kind
+
+
+def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
+    """Convert 0-d accumulators to Python floats with one host transfer per device."""
+    by_device: dict[torch.device, list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    out = [0.0] * len(tensors)
+    for indices in by_device.values():
+        values = torch.stack([tensors[i] for i in indices]).tolist()
+        for i, v in zip(indices, values):
+            out[i] = float(v)
+    return out
+
+
+class Summary:
+    """Online summarization of a sequence of scalars (weighted mean and standard deviation).
+
+    Values may be Python numbers, NumPy scalars or 0-d arrays, 0-d tensors on any device, or
+    zero-argument callables (evaluated when the summary is read). Tensors are accumulated on
+    their device: no ``.item()`` and no device synchronization happens until
+    :meth:`compute_mean`, :meth:`make_statistics` or :meth:`state_dict` is called.
+
+    Example:
+        >>> s = Summary()
+        >>> s.add(1.0)
+        >>> s.add(torch.tensor(3.0))
+        >>> s.compute_mean()
+        2.0
+        >>> s.make_statistics()
+        (2.0, 1.0)
+    """
+
+    __slots__ = ("_buf", "_deferred", "_n", "_tn", "_tx", "_tx2", "_x", "_x2")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._x = 0.0  # host sums of Python/NumPy values and of Python weights
+        self._x2 = 0.0
+        self._n = 0.0
+        self._tx: torch.Tensor | None = None  # device sums (float64, float32 on MPS)
+        self._tx2: torch.Tensor | None = None
+        self._tn: torch.Tensor | None = None  # device sum of tensor weights
+        self._buf: list[torch.Tensor] = []  # unweighted tensors not folded yet
+        self._deferred: list[tuple[Callable[[], Any], Any]] = []
+
+    def add(self, value: Any, weight: Any = 1) -> None:
+        """Add a value.
+
+        Args:
+            value: A Python number, NumPy scalar or 0-d array, 0-d tensor, or a zero-argument
+                callable returning one of these (called when the summary is read).
+            weight: Weight of the value: a Python number, NumPy scalar or 0-d tensor.
+
+        Raises:
+            ValueError: ``value`` or ``weight`` is not a scalar.
+        """
+        if type(weight) is not int and type(weight) is not float:
+            _check_weight(weight)
+        if not self._add(value, weight, _kind_of(value)):
+            message = (
+                "Summary.add expects a scalar (number, 0-d tensor or array) or a callable, "
+                f"got {_describe(value)}"
+            )
+            raise ValueError(message)
+
+    def _add(self, value: Any, weight: Any, kind: int) -> bool:
+        """Add ``value`` of the given kind (``weight`` already checked); False if not a scalar."""
+        plain_weight = type(weight) is int or type(weight) is float
+        if kind == _NUMBER:
+            v = float(value)
+            if plain_weight:
+                self._x += v * weight
+                self._x2 += v * v * weight
+                self._n += weight
+            else:
+                self._add_weighted(v, weight)
+            return True
+        if kind == _TENSOR:
+            if value.dim() != 0:
+                return False
+            if value.requires_grad:
+                value = value.detach()
+            if plain_weight and weight == 1:
+                # clone: the caller may modify its tensor in place before we fold it.
+                buf = self._buf
+                buf.append(value.clone())
+                self._n += 1
+                if len(buf) >= _FOLD_EVERY:
+                    self._fold()
+            else:
+                self._add_weighted(value, weight)
+            return True
+        if kind == _ARRAY:
+            if value.ndim != 0:
+                return False
+            item = value.item()
+            item_kind = _kind_of(item)
+            return item_kind == _NUMBER and self._add(item, weight, item_kind)
+        if kind == _CALLABLE:
+            self._deferred.append((value, weight))
+            return True
+        return False
+
+    def _add_weighted(self, value: float | torch.Tensor, weight: Any) -> None:
+        """Add ``value * weight`` for a tensor value or a non-``int``/``float`` weight."""
+        if isinstance(weight, torch.Tensor):
+            w = weight.detach()
+            device = value.device if isinstance(value, torch.Tensor) else w.device
+            tx, tx2 = self._accumulators(device)
+            wv = w * value
+            tx.add_(wv)
+            if isinstance(value, torch.Tensor):
+                tx2.addcmul_(wv, value)
+            else:
+                tx2.add_(wv, alpha=value)
+            if self._tn is None:
+                self._tn = torch.zeros((), dtype=tx.dtype, device=tx.device)
+            self._tn.add_(w)
+            return
+        wf = float(weight.item() if isinstance(weight, (np.ndarray, np.generic)) else weight)
+        if isinstance(value, torch.Tensor):
+            tx, tx2 = self._accumulators(value.device)
+            tx.add_(value, alpha=wf)
+            tx2.addcmul_(value, value, value=wf)
+        else:
+            self._x += value * wf
+            self._x2 += value * value * wf
+        self._n += wf
+
+    def _accumulators(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._tx is None or self._tx2 is None:
+            dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS: no float64
+            self._tx = torch.zeros((), dtype=dtype, device=device)
+            self._tx2 = torch.zeros((), dtype=dtype, device=device)
+        return self._tx, self._tx2
+
+    def _fold(self) -> None:
+        """Reduce the pending tensors into the device accumulators (no host transfer)."""
+        buf = self._buf
+        if not buf:
+            return
+        self._buf = []
+        try:
+            stacked = torch.stack(buf)
+        except RuntimeError:  # tensors on several devices: fold them one by one
+            for t in buf:
+                self._fold_stacked(t.reshape(1))
+            return
+        self._fold_stacked(stacked)
+
+    def _fold_stacked(self, stacked: torch.Tensor) -> None:
+        tx, tx2 = self._accumulators(stacked.device)
+        stacked = stacked.to(device=tx.device, dtype=tx.dtype)
+        tx.add_(stacked.sum())
+        tx2.add_(torch.dot(stacked, stacked))
+
+    def _materialize(self) -> None:
+        """Evaluate deferred callables and fold pending tensors."""
+        while self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for fn, weight in deferred:
+                value = fn()
+                if not self._add(value, weight, _kind_of(value)):
+                    message = (
+                        f"a callable given to Summary returned a non-scalar: {_describe(value)}"
+                    )
+                    raise ValueError(message)
+        self._fold()
+
+    def _device_tensors(self) -> list[torch.Tensor]:
+        return [t for t in (self._tx, self._tx2, self._tn) if t is not None]
+
+    def _totals_from(self, device_values: list[float]) -> tuple[float, float, float]:
+        x, x2, n = self._x, self._x2, self._n
+        values = iter(device_values)
+        if self._tx is not None:
+            x += next(values)
+            x2 += next(values)
+        if self._tn is not None:
+            n += next(values)
+        return x, x2, n
+
+    def _totals(self) -> tuple[float, float, float]:
+        self._materialize()
+        return self._totals_from(_to_floats(self._device_tensors()))
+
+    def compute_mean(self) -> float:
+        """Return the weighted mean of the added values as a Python float.
+
+        Raises:
+            ValueError: the total weight is zero (nothing was added).
+        """
+        x, _, n = self._totals()
+        return _mean(x, n)
+
+    def make_statistics(self) -> tuple[float, float]:
+        """Return ``(mean, std)`` of the added values as Python floats.
+
+        Raises:
+            ValueError: the total weight is zero (nothing was added).
+        """
+        return _statistics(*self._totals())
+
+    def state_dict(self) -> dict[str, float]:
+        """Return the accumulated sums as Python floats (loadable on any device)."""
+        x, x2, n = self._totals()
+        return {"_x": x, "_x2": x2, "_n": n}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the accumulated sums by those of ``state`` (from :meth:`state_dict`).
+
+        Raises:
+            KeyError: ``state`` lacks one of ``_x``, ``_x2``, ``_n``.
+        """
+        missing = [k for k in ("_x", "_x2", "_n") if k not in state]
+        if missing:
+            message = f"Summary state lacks {missing}; expected the keys '_x', '_x2' and '_n'"
+            raise KeyError(message)
+        self._reset()
+        self._x = float(state["_x"])
+        self._x2 = float(state["_x2"])
+        self._n = float(state["_n"])
+
+    def __add__(self, other: object) -> Summary:
+        if not isinstance(other, Summary):
+            return NotImplemented
+        out = Summary()
+        out._x = self._x + other._x
+        out._x2 = self._x2 + other._x2
+        out._n = self._n + other._n
+        out._tx = _sum_tensors(self._tx, other._tx)
+        out._tx2 = _sum_tensors(self._tx2, other._tx2)
+        out._tn = _sum_tensors(self._tn, other._tn)
+        out._buf = self._buf + other._buf  # pending tensors are never modified: share them
+        out._deferred = self._deferred + other._deferred
+        return out
+
+    def __repr__(self) -> str:
+        pending = len(self._buf) + len(self._deferred)
+        return f"<Summary weight={self._n!r} pending={pending}>"
+
+
+class DictSummary:
+    """Online summarization of a sequence of dictionaries, one :class:`Summary` per key.
+
+    :meth:`add` keeps scalars (numbers, 0-d tensors and arrays), zero-argument callables and
+    ``(value, weight)`` tuples; other values (strings, images...) are skipped, because an
+    observation may hold entries that are not meant to be averaged.
+
+    Example:
+        >>> s = DictSummary()
+        >>> s.add({"loss": torch.tensor(1.0), "acc": (0.5, 10)})
+        >>> s.add({"loss": torch.tensor(3.0), "acc": (1.0, 30)})
+        >>> s.compute_mean()
+        {'loss': 2.0, 'acc': 0.875}
+    """
+
+    __slots__ = ("_summaries",)
+
+    def __init__(self) -> None:
+        self._summaries: dict[str, Summary] = {}
+
+    def add(self, d: Mapping[str, Any]) -> None:
+        """Add a dictionary of values.
+
+        Args:
+            d: Maps names to values: scalars, callables, or ``(value, weight)`` tuples.
+
+        Raises:
+            ValueError: the weight of a ``(value, weight)`` tuple, or its value, is not a scalar.
+        """
+        summaries = self._summaries
+        kinds = _KINDS
+        for key, value in d.items():
+            kind = kinds.get(type(value))
+            if kind is None:
+                kind = _kind_of(value)
+            if kind == _NUMBER:  # inlined fast path: the most common case
+                summary = summaries.get(key)
+                if summary is None:
+                    summary = summaries[key] = Summary()
+                v = float(value)
+                summary._x += v
+                summary._x2 += v * v
+                summary._n += 1
+                continue
+            if kind == _OTHER:
+                continue
+            weight: Any = 1
+            pair = kind == _TUPLE
+            if pair:
+                if len(value) != 2:
+                    continue
+                value, weight = value
+                if type(weight) is not int and type(weight) is not float:
+                    _check_weight(weight, key)
+                kind = _kind_of(value)
+            summary = summaries.get(key)
+            fresh = summary is None
+            if summary is None:
+                summary = Summary()
+            if summary._add(value, weight, kind):
+                if fresh:
+                    summaries[key] = summary
+            elif pair:
+                message = (
+                    f"the value of the {key!r} (value, weight) pair is not a scalar: "
+                    f"{_describe(value)}"
+                )
+                raise ValueError(message)
+
+    def _add_float(self, key: str, value: float) -> None:
+        """Add one Python float (the TimeSummary's path: no dict, no dispatch)."""
+        summary = self._summaries.get(key)
+        if summary is None:
+            summary = self._summaries[key] = Summary()
+        summary._x += value
+        summary._x2 += value * value
+        summary._n += 1
+
+    def _all_totals(self) -> dict[str, tuple[float, float, float]]:
+        summaries = self._summaries
+        tensors: list[torch.Tensor] = []
+        for summary in summaries.values():
+            summary._materialize()
+            tensors.extend(summary._device_tensors())
+        values = _to_floats(tensors)
+        totals = {}
+        pos = 0
+        for key, summary in summaries.items():
+            count = len(summary._device_tensors())
+            totals[key] = summary._totals_from(values[pos : pos + count])
+            pos += count
+        return totals
+
+    def compute_mean(self) -> dict[str, float]:
+        """Return the weighted mean of each key as Python floats."""
+        return {key: _mean(x, n) for key, (x, _, n) in self._all_totals().items()}
+
+    def make_statistics(self) -> dict[str, float]:
+        """Return the mean of each key, and its standard deviation under ``"<key>.std"``."""
+        stats: dict[str, float] = {}
+        for key, totals in self._all_totals().items():
+            stats[key], stats[key + ".std"] = _statistics(*totals)
+        return stats
+
+    def state_dict(self) -> dict[str, dict[str, float]]:
+        """Return ``{key: Summary state}`` with Python floats (loadable on any device)."""
+        return {
+            key: {"_x": x, "_x2": x2, "_n": n} for key, (x, x2, n) in self._all_totals().items()
+        }
+
+    def load_state_dict(self, state: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replace the content by that of ``state`` (from :meth:`state_dict`).
+
+        Raises:
+            KeyError: a per-key state lacks one of ``_x``, ``_x2``, ``_n``.
+        """
+        summaries: dict[str, Summary] = {}
+        for key, sub in state.items():
+            summary = Summary()
+            summary.load_state_dict(sub)
+            summaries[key] = summary
+        self._summaries = summaries
+
+    def __add__(self, other: object) -> DictSummary:
+        if not isinstance(other, DictSummary):
+            return NotImplemented
+        out = DictSummary()
+        merged = {key: s + Summary() for key, s in self._summaries.items()}
+        for key, s in other._summaries.items():
+            mine = merged.get(key)
+            merged[key] = s + Summary() if mine is None else mine + s
+        out._summaries = merged
+        return out
+
+    def __repr__(self) -> str:
+        return f"<DictSummary keys={list(self._summaries)!r}>"
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return f"{type(value).__name__} of shape {tuple(value.shape)}"
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _check_weight(weight: Any, key: str | None = None) -> None:
+    kind = _kind_of(weight)
+    if kind == _NUMBER or (kind in (_TENSOR, _ARRAY) and weight.ndim == 0):
+        return
+    where = "" if key is None else f" of {key!r}"
+    message = (
+        f"weight{where} must be a scalar (number, 0-d tensor or array), got {_describe(weight)}"
+    )
+    raise ValueError(message)
+
+
+def _sum_tensors(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    if a is None:
+        return None if b is None else b.clone()
+    if b is None:
+        return a.clone()
+    return a + b.to(a.device)
+
+
+def _mean(x: float, n: float) -> float:
+    if n == 0:
+        message = "cannot compute the mean of a summary whose total weight is 0 (nothing added)"
+        raise ValueError(message)
+    return x / n
+
+
+def _statistics(x: float, x2: float, n: float) -> tuple[float, float]:
+    mean = _mean(x, n)
+    var = x2 / n - mean * mean
+    return mean, var**0.5 if var > 0 else 0.0

@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from pytorch_pfn_extras.profiler import TimeSummary, get_time_summary
+from pytorch_pfn_extras.reporting import DictSummary
+
+
+def test_report_records_wall_time_with_mean_std_min_max() -> None:
+    ts = TimeSummary()
+    for delay in (0.01, 0.03):
+        with ts.report("step"):
+            time.sleep(delay)
+    summary, extrema = ts.summary()
+    assert isinstance(summary, DictSummary)
+    stats = summary.make_statistics()
+    assert 0.02 <= stats["step"] < 0.5
+    assert stats["step.std"] == pytest.approx((extrema["step.max"] - extrema["step.min"]) / 2)
+    assert 0.01 <= extrema["step.min"] < extrema["step.max"]
+    assert extrema["step.max"] >= 0.03
+    assert set(extrema) == {"step.min", "step.max"}
+
+
+def test_summary_returns_a_snapshot_and_clear_starts_over() -> None:
+    ts = TimeSummary()
+    ts.add("a", 1.0)
+    kept, _ = ts.summary()
+    ts.add("a", 3.0)
+    assert kept.compute_mean() == {"a": 1.0}
+    summary, extrema = ts.summary(clear=True)
+    assert summary.compute_mean() == {"a": 2.0}
+    assert extrema == {"a.min": 1.0, "a.max": 3.0}
+    empty, no_extrema = ts.summary()
+    assert empty.compute_mean() == {}
+    assert no_extrema == {}
+
+
+def test_summary_can_be_used_as_a_context_manager() -> None:
+    ts = TimeSummary()
+    ts.add("load", 0.5)
+    with ts.summary(clear=True) as (summary, extrema):
+        assert summary.compute_mean() == {"load": 0.5}
+        assert extrema == {"load.min": 0.5, "load.max": 0.5}
+    assert ts.summary()[1] == {}
+
+
+def test_add_accepts_tensors_and_numbers() -> None:
+    ts = TimeSummary()
+    ts.add("x", torch.tensor(2.0))
+    ts.add("x", 4)
+    summary, extrema = ts.summary()
+    assert summary.compute_mean() == {"x": 3.0}
+    assert extrema == {"x.min": 2.0, "x.max": 4.0}
+
+
+def test_a_section_that_raises_is_still_recorded() -> None:
+    ts = TimeSummary()
+    with pytest.raises(KeyError), ts.report("lookup"):
+        raise KeyError("missing")
+    assert list(ts.summary()[0].compute_mean()) == ["lookup"]
+
+
+def test_deferred_report_is_recorded_when_completed() -> None:
+    ts = TimeSummary()
+    with ts.report("async") as notification:
+        notification.defer()
+    assert ts.summary()[0].compute_mean() == {}
+    time.sleep(0.02)
+    notification.complete()
+    assert ts.summary()[0].compute_mean()["async"] >= 0.02
+    with pytest.raises(RuntimeError, match="'async' was already completed"):
+        notification.complete()
+
+
+def test_concurrent_reports_from_threads_are_all_counted() -> None:
+    ts = TimeSummary()
+
+    def work() -> None:
+        for _ in range(200):
+            with ts.report("work"):
+                pass
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert ts.summary()[0].state_dict()["work"]["_n"] == 800
+
+
+def test_get_time_summary_is_one_instance_per_thread() -> None:
+    mine = get_time_summary()
+    assert get_time_summary() is mine
+    others: list[TimeSummary] = []
+    thread = threading.Thread(target=lambda: others.append(get_time_summary()))
+    thread.start()
+    thread.join()
+    assert others[0] is not mine
+    assert isinstance(others[0], TimeSummary)
+
+
+@pytest.mark.parametrize("size", [0, -1, 1.5, None])
+def test_max_queue_size_must_be_a_positive_int(size: object) -> None:
+    with pytest.raises(ValueError, match="max_queue_size must be a positive int"):
+        TimeSummary(max_queue_size=size)  # type: ignore[arg-type]
+
+
+def test_initialize_starts_and_finalize_stops_the_worker_thread() -> None:
+    ts = TimeSummary(auto_init=False)
+
+    def workers() -> int:
+        return sum(t.name == "ppe-time-summary" and t.is_alive() for t in threading.enumerate())
+
+    before = workers()
+    ts.initialize()
+    ts.initialize()  # idempotent
+    assert workers() == before + 1
+    ts.synchronize()
+    ts.finalize()
+    assert workers() == before
+    ts.finalize()  # idempotent
+    ts.synchronize()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_use_cuda_without_cuda_is_a_clear_error() -> None:
+    ts = TimeSummary()
+    with (
+        pytest.raises(RuntimeError, match=r"use_cuda=True\) needs CUDA"),
+        ts.report("x", use_cuda=True),
+    ):
+        pass
+
+
+@pytest.mark.gpu
+def test_use_cuda_records_gpu_time_from_the_worker_thread() -> None:
+    ts = TimeSummary()
+    a = torch.randn(2048, 2048, device="cuda")
+    for _ in range(3):
+        with ts.report("matmul", use_cuda=True):
+            for _ in range(10):
+                a = (a @ a).tanh()
+    summary, extrema = ts.summary()
+    mean = summary.compute_mean()
+    assert mean["matmul.cuda"] > 0
+    assert extrema["matmul.cuda.min"] <= extrema["matmul.cuda.max"]
+    assert set(mean) == {"matmul", "matmul.cuda"}
+    ts.finalize()
+
+
+@pytest.mark.gpu
+def test_use_cuda_with_auto_init_disabled_needs_initialize() -> None:
+    ts = TimeSummary(auto_init=False)
+    with pytest.raises(RuntimeError, match="needs initialize"), ts.report("x", use_cuda=True):
+        pass
+    ts.initialize()
+    with ts.report("x", use_cuda=True):
+        torch.ones(10, device="cuda").sum()
+    assert "x.cuda" in ts.summary()[0].compute_mean()
+    ts.finalize()
