@@ -47,9 +47,10 @@ def to(
     The runtime class is looked up in ``ppe.runtime.runtime_registry`` by the
     device type (``"cuda:0"`` -> ``"cuda"``; unregistered types use
     ``PyTorchRuntime``) unless ``runtime_class`` is given. For a module, one
-    runtime is created and every submodule is tagged with it (read the tag with
-    ``ppe.runtime.get_runtime``); the tag is not part of the module's state, so
-    pickles, deep copies and state dicts do not carry it.
+    runtime is created and every submodule is tagged with it: its
+    ``_ppe_runtime`` attribute is the runtime (``ppe.runtime.get_runtime`` reads
+    it). The tag is not part of the module's state: state dicts do not contain
+    it, and pickled or deep-copied modules come back untagged.
 
     Args:
         module_or_tensor: The module or tensor to move.

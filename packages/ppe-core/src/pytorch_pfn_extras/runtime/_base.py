@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import torch
 
@@ -35,9 +35,15 @@ class BaseRuntime:
 
     Subclasses implement ``move_module``, ``move_tensor``, ``convert_batch``
     and ``execute`` for their device; every other callback is a no-op here.
-    A runtime should not keep strong references to the modules it manages:
-    the module-to-runtime tag is weak on the module side, and a runtime that
-    holds its module keeps both alive for the whole process.
+    The tag is the module's ``_ppe_runtime`` attribute, so
+    ``module._ppe_runtime.initialize_module(module, batch)`` works in a hook.
+
+    A runtime belongs to the process and the device it was created for, and
+    may hold handles that cannot be serialized: pickling or copying a runtime
+    (``pickle``, ``torch.save``, ``copy.copy``, ``copy.deepcopy``) gives
+    ``None``. That is what makes a pickled or deep-copied module come back
+    untagged; a subclass that must be picklable on its own overrides
+    ``__reduce_ex__``.
 
     Args:
         device_spec: The device that modules and tensors are transferred to,
@@ -58,6 +64,11 @@ class BaseRuntime:
             raise TypeError(message)
         self.device_spec = device_spec
         self.options: dict[str, Any] = {} if options is None else dict(options)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        # ``NoneType()`` is ``None``: the pickle references builtins only, so a
+        # module pickled while tagged loads even where PPE is not installed.
+        return (type(None), ())
 
     def _not_implemented(self, method: str) -> NotImplementedError:
         message = f"{type(self).__qualname__} does not implement {method}()"

@@ -1,44 +1,40 @@
 """The module -> runtime tag that ``ppe.to`` sets.
 
-The tag lives outside the module, keyed by the module's identity and dropped
-when the module is garbage collected. So it is never part of a pickle, a
-``copy.deepcopy``, a ``state_dict`` or a TorchScript/compiled module's
-attributes: a copy of a tagged module is untagged until it goes through
-``ppe.to`` itself. Keying by identity (not ``hash``/``==``) also works for
-modules that override ``__eq__``.
+The tag is the ``_ppe_runtime`` attribute of every tagged module, as in the
+published PPE: ``module._ppe_runtime`` is the runtime itself, and code that
+assigns it directly is honoured. It lives in the module's ``__dict__`` (not in
+its parameters, buffers or submodules), so ``state_dict()`` never contains it,
+and a runtime pickles and copies to ``None`` (``BaseRuntime.__reduce_ex__``),
+so a pickled, deep-copied or ``torch.save``-d module comes back untagged
+(``_ppe_runtime`` is ``None``) until it goes through ``ppe.to`` itself.
+Nothing outside the module refers to it: a tagged module is freed like any other.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from pytorch_pfn_extras.runtime._base import BaseRuntime
+from pytorch_pfn_extras.runtime._base import BaseRuntime
 
-_Entry = tuple["weakref.ReferenceType[torch.nn.Module]", "BaseRuntime"]
-_entries: dict[int, _Entry] = {}
+ATTRIBUTE = "_ppe_runtime"
 
 
 def set_runtime(module: torch.nn.Module, runtime: BaseRuntime) -> None:
     """Tag ``module`` (not its submodules) with ``runtime``."""
-    key = id(module)
-
-    def forget(ref: weakref.ReferenceType[torch.nn.Module]) -> None:
-        # Runs while the module is being freed: drop the entry unless a newer
-        # module with the same id has already replaced it.
-        entry = _entries.get(key)
-        if entry is not None and entry[0] is ref:
-            _entries.pop(key, None)
-
-    _entries[key] = (weakref.ref(module, forget), runtime)
+    # Written to ``__dict__`` directly: a module class that overrides
+    # ``__setattr__`` (ScriptModule, wrappers forwarding to an inner module)
+    # must not redirect or reject the tag.
+    module.__dict__[ATTRIBUTE] = runtime
 
 
 def get_runtime(module: torch.nn.Module) -> BaseRuntime | None:
-    """Return the runtime that ``ppe.to`` tagged ``module`` with, or ``None``.
+    """Return the runtime that ``module`` is tagged with, or ``None``.
+
+    ``ppe.to`` tags a module and all its submodules; so does assigning
+    ``module._ppe_runtime = runtime`` directly. A value that is not a
+    ``BaseRuntime`` (such as ``None``) means untagged.
 
     Args:
         module: Any module.
@@ -50,13 +46,13 @@ def get_runtime(module: torch.nn.Module) -> BaseRuntime | None:
 
     Example:
         >>> ppe.to(model, "cpu")
-        >>> get_runtime(model.layer)
-        <pytorch_pfn_extras.runtime.PyTorchRuntime object at ...>
+        >>> get_runtime(model.layer) is model.layer._ppe_runtime
+        True
     """
-    entry = _entries.get(id(module))
-    if entry is None or entry[0]() is not module:
-        return None
-    return entry[1]
+    # Hot path (every CodeBlock built from a module): one dict lookup, no
+    # ``nn.Module.__getattr__`` fallback and no exception for untagged modules.
+    runtime = module.__dict__.get(ATTRIBUTE)
+    return runtime if isinstance(runtime, BaseRuntime) else None
 
 
 def named_runtime_modules(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]]:
