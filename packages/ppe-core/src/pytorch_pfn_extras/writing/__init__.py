@@ -1,0 +1,46 @@
+"""Writers: crash-safe, optionally asynchronous saving of snapshots and logs.
+
+A writer is called as ``writer(filename, out_dir, target, savefun=None,
+append=False)`` and writes ``savefun(target, fileobj)`` to ``out_dir/filename``
+through a temporary file, fsync and an atomic rename, so the destination is
+never missing or half-written. :class:`SimpleWriter` writes synchronously;
+:class:`ThreadWriter`, :class:`ProcessWriter`, :class:`ThreadQueueWriter` and
+:class:`ProcessQueueWriter` write in the background a copy of the target taken
+at call time; :class:`TensorBoardWriter` writes log scalars as TensorBoard
+events.
+"""
+
+from __future__ import annotations
+
+from pytorch_pfn_extras.writing._atomic import is_temporary_file
+from pytorch_pfn_extras.writing._errors import RemoteTraceback
+from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
+from pytorch_pfn_extras.writing._queue_writer import (
+    ProcessQueueWriter,
+    QueueWriter,
+    ThreadQueueWriter,
+)
+from pytorch_pfn_extras.writing._simple_writer import SimpleWriter
+from pytorch_pfn_extras.writing._standard_writer import (
+    ProcessWriter,
+    StandardWriter,
+    ThreadWriter,
+)
+from pytorch_pfn_extras.writing._tensorboard_writer import TensorBoardWriter
+from pytorch_pfn_extras.writing._writer_base import Writer
+
+__all__ = [
+    "FileSystem",
+    "LocalFileSystem",
+    "ProcessQueueWriter",
+    "ProcessWriter",
+    "QueueWriter",
+    "RemoteTraceback",
+    "SimpleWriter",
+    "StandardWriter",
+    "TensorBoardWriter",
+    "ThreadQueueWriter",
+    "ThreadWriter",
+    "Writer",
+    "is_temporary_file",
+]

@@ -1,0 +1,199 @@
+"""Crash-safe file replacement: temporary file, fsync, rename, directory fsync.
+
+A write goes to ``.{name}.tmp-{host}-{pid}-{random}`` next to the destination,
+is flushed and fsync'ed, renamed over the destination, and the directory is
+fsync'ed. At every instant the destination is either absent (before its first
+write), the previous complete file, or the new complete file. The leading dot
+and the ``.tmp-`` marker keep temporaries out of the way of code listing the
+output directory; a temporary left by a killed process is removed by the next
+writer that scans the directory (only when its process is gone).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import zlib
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+from pytorch_pfn_extras.writing._fs import FileSystem
+
+__all__ = [
+    "is_temporary_file",
+    "remove_stale_temporaries",
+    "temporary_name",
+    "write_atomic",
+]
+
+SaveFun = Callable[..., Any]
+
+_TEMP_RE = re.compile(r"^\.(?P<base>.+)\.tmp-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-[0-9a-f]{8}$")
+_COPY_CHUNK = 1 << 20
+_host_tag_cache: list[str] = []
+
+
+def _host_tag() -> str:
+    # Identifies this host and PID namespace, so that a PID in a temporary name
+    # is only ever checked on the machine (and container) that created it.
+    if not _host_tag_cache:
+        try:
+            namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+        except OSError:
+            namespace = ""
+        key = f"{socket.gethostname()}:{namespace}".encode()
+        _host_tag_cache.append(f"{zlib.crc32(key):08x}")
+    return _host_tag_cache[0]
+
+
+def temporary_name(base: str) -> str:
+    """The name of a fresh temporary file for destination file name ``base``."""
+    return f".{base}.tmp-{_host_tag()}-{os.getpid()}-{os.urandom(4).hex()}"
+
+
+def is_temporary_file(name: str) -> bool:
+    """Whether ``name`` (a file name or path) is a writer's temporary file.
+
+    Code that scans an output directory (for example to find the newest
+    snapshot) must skip these: they may be incomplete.
+
+    Args:
+        name: A file name, or a path whose last component is checked.
+
+    Returns:
+        ``True`` for names of the form ``.{filename}.tmp-...`` written by a writer.
+
+    Example:
+        >>> is_temporary_file(".snapshot_iter_10.tmp-1a2b3c4d-4242-0badc0de")
+        True
+        >>> is_temporary_file("snapshot_iter_10")
+        False
+    """
+    return _TEMP_RE.match(os.path.basename(name)) is not None
+
+
+def _process_is_gone(pid: int) -> bool:
+    if os.name != "posix":  # pragma: no cover -- no cheap liveness check; keep the file
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: alive, owned by someone else
+        return False
+    return False
+
+
+def remove_stale_temporaries(fs: FileSystem, directory: str) -> list[str]:
+    """Remove temporaries in ``directory`` left by processes that no longer exist.
+
+    Only temporaries created on this host (and PID namespace) by a process that
+    has exited are removed; those of live writers, of this process, and of other
+    hosts sharing the directory are kept (they never disturb a write).
+
+    Returns:
+        The paths removed.
+    """
+    try:
+        names = fs.listdir(directory or ".")
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    removed: list[str] = []
+    host = _host_tag()
+    own_pid = os.getpid()
+    for name in names:
+        if not name.startswith("."):
+            continue
+        match = _TEMP_RE.match(name)
+        if match is None or match["host"] != host:
+            continue
+        pid = int(match["pid"])
+        if pid == own_pid or not _process_is_gone(pid):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            fs.remove(path)
+        except FileNotFoundError:  # another writer cleaned it first
+            continue
+        removed.append(path)
+    return removed
+
+
+def _sync_file(fs: FileSystem, fileobj: IO[Any]) -> None:
+    fsync = getattr(fs, "fsync", None)
+    if fsync is not None:
+        fsync(fileobj)
+        return
+    try:
+        fd = fileobj.fileno()
+    except (AttributeError, OSError, ValueError):  # in-memory or remote file objects
+        return
+    os.fsync(fd)
+
+
+def _sync_dir(fs: FileSystem, directory: str) -> None:
+    fsync_dir = getattr(fs, "fsync_dir", None)
+    if fsync_dir is not None:
+        fsync_dir(directory or ".")
+
+
+def _discard(fs: FileSystem, path: str) -> None:
+    try:
+        fs.remove(path)
+    except OSError:
+        pass
+
+
+def _open_temporary(fs: FileSystem, directory: str, base: str) -> tuple[str, IO[Any]]:
+    tmp = os.path.join(directory, temporary_name(base))
+    try:
+        return tmp, fs.open(tmp, "wb")
+    except FileNotFoundError:
+        if not directory:
+            raise
+    fs.makedirs(directory, exist_ok=True)
+    return tmp, fs.open(tmp, "wb")
+
+
+def write_atomic(
+    fs: FileSystem,
+    path: str,
+    target: Any,
+    savefun: SaveFun,
+    append: bool = False,
+    savefun_kwargs: Mapping[str, Any] | None = None,
+) -> None:
+    """Write ``savefun(target, fileobj, **savefun_kwargs)`` to ``path`` atomically.
+
+    With ``append``, the current content of ``path`` is copied to the
+    temporary file first, so the result is the old content followed by the new
+    data, and a crash leaves the old content intact.
+    """
+    directory, base = os.path.split(path)
+    if not base:
+        message = f"a writer needs a file name, got the directory path {path!r}"
+        raise ValueError(message)
+    tmp, fileobj = _open_temporary(fs, directory, base)
+    try:
+        try:
+            if append and fs.exists(path):
+                with fs.open(path, "rb") as old:
+                    shutil.copyfileobj(old, fileobj, _COPY_CHUNK)
+            savefun(target, fileobj, **(savefun_kwargs or {}))
+            if fileobj.closed:
+                message = (
+                    f"savefun {savefun!r} closed the file object it was given; it must "
+                    "only write to it (the writer flushes, syncs and closes it)"
+                )
+                raise ValueError(message)
+            fileobj.flush()
+            _sync_file(fs, fileobj)
+        finally:
+            fileobj.close()
+        fs.rename(tmp, path)
+    except BaseException:
+        _discard(fs, tmp)
+        raise
+    _sync_dir(fs, directory)

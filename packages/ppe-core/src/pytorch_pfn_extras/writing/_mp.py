@@ -1,0 +1,91 @@
+"""Multiprocessing helpers shared by the process writers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import torch
+
+from pytorch_pfn_extras.writing._atomic import SaveFun, write_atomic
+from pytorch_pfn_extras.writing._errors import encode_exception
+from pytorch_pfn_extras.writing._fs import FileSystem
+from pytorch_pfn_extras.writing._snapshot import PackedTarget, unpack
+
+__all__ = [
+    "MPContext",
+    "resolve_context",
+    "single_threaded_worker",
+    "start_process",
+    "write_packed",
+]
+
+MPContext = str | BaseContext | None
+
+
+def resolve_context(mp_context: MPContext, owner: str) -> BaseContext:
+    """The multiprocessing context for ``mp_context`` (the default one for ``None``)."""
+    if mp_context is None:
+        return multiprocessing.get_context()
+    if isinstance(mp_context, str):
+        methods = multiprocessing.get_all_start_methods()
+        if mp_context not in methods:
+            message = (
+                f"{owner}: mp_context must be one of {methods} or a context, got {mp_context!r}"
+            )
+            raise ValueError(message)
+        return multiprocessing.get_context(mp_context)
+    if isinstance(mp_context, BaseContext):
+        return mp_context
+    message = (
+        f"{owner}: mp_context must be a start method name, a multiprocessing context or "
+        f"None, got {mp_context!r}"
+    )
+    raise TypeError(message)
+
+
+def start_process(process: BaseProcess, context: BaseContext, owner: str, what: str) -> None:
+    """Start ``process``, turning a pickling failure (spawn) into a clear TypeError."""
+    try:
+        process.start()
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        message = (
+            f"{owner}: the {what} must be picklable to be sent to a writer process "
+            f"(start method {context.get_start_method()!r}): {exc}; define "
+            "functions at module level instead of lambdas or local functions"
+        )
+        raise TypeError(message) from exc
+
+
+def single_threaded_worker() -> None:
+    """Keep a writer process off the OpenMP thread pool.
+
+    A child forked after the parent ran parallel tensor ops inherits a broken
+    OpenMP pool, and its first parallel op (a large copy) would deadlock; this
+    is what DataLoader workers do too.
+    """
+    torch.set_num_threads(1)
+
+
+def write_packed(
+    conn: Any,
+    fs: FileSystem,
+    path: str,
+    packed: PackedTarget,
+    savefun: SaveFun,
+    append: bool,
+    savefun_kwargs: dict[str, Any],
+) -> None:
+    """Entry point of a ``ProcessWriter`` worker: write, then report to ``conn``."""
+    single_threaded_worker()
+    try:
+        write_atomic(fs, path, unpack(packed), savefun, append, savefun_kwargs)
+    except BaseException as exc:
+        conn.send(encode_exception(exc))
+    else:
+        conn.send(None)
+    finally:
+        conn.close()

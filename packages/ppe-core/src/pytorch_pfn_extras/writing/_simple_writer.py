@@ -1,0 +1,54 @@
+"""``SimpleWriter``: synchronous, crash-safe writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from pytorch_pfn_extras.writing._fs import FileSystem
+from pytorch_pfn_extras.writing._writer_base import SaveFun, Writer, check_savefun
+
+__all__ = ["SimpleWriter"]
+
+
+class SimpleWriter(Writer):
+    """Write synchronously: the call returns once the file is complete on disk.
+
+    Args:
+        savefun: ``savefun(target, fileobj, **kwds)``; ``torch.save`` by default.
+        fs: Filesystem to write to; the local filesystem by default.
+        out_dir: Default output directory (see :meth:`Writer.initialize`).
+        **kwds: Keyword arguments passed to every ``savefun`` call (for
+            example ``pickle_protocol=4`` for ``torch.save``).
+
+    Example:
+        >>> writer = SimpleWriter()
+        >>> writer("model.pt", "result", model.state_dict())
+        >>> writer("log.jsonl", "result", b'{"loss": 0.1}\\n',
+        ...        savefun=lambda data, f: f.write(data), append=True)
+    """
+
+    def __init__(
+        self,
+        savefun: SaveFun = torch.save,
+        fs: FileSystem | None = None,
+        out_dir: str = "",
+        **kwds: Any,
+    ) -> None:
+        super().__init__(fs=fs, out_dir=out_dir)
+        self._savefun = check_savefun(savefun, "SimpleWriter")
+        self._kwds = kwds
+
+    def __call__(
+        self,
+        filename: str,
+        out_dir: str,
+        target: Any,
+        *,
+        savefun: SaveFun | None = None,
+        append: bool = False,
+    ) -> None:
+        """Write ``target`` to ``out_dir/filename`` now (see :meth:`Writer.save`)."""
+        fun = self._savefun if savefun is None else check_savefun(savefun, "SimpleWriter")
+        self.save(filename, out_dir, target, fun, append, **self._kwds)

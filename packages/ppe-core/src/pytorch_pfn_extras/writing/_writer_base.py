@@ -1,0 +1,216 @@
+"""The ``Writer`` base class: destination handling, atomic saves, hooks."""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from pytorch_pfn_extras.writing._atomic import SaveFun, remove_stale_temporaries, write_atomic
+from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
+
+__all__ = ["PostSaveHook", "SaveFun", "Writer", "check_savefun"]
+
+PostSaveHook = Callable[[str], None]
+
+
+def check_savefun(savefun: Any, owner: str) -> SaveFun:
+    """Return ``savefun`` if callable, else raise a ``TypeError`` naming it."""
+    if not callable(savefun):
+        message = (
+            f"{owner}: savefun must be a callable like torch.save(target, fileobj, **kwds), "
+            f"got {savefun!r} of type {type(savefun).__name__}"
+        )
+        raise TypeError(message)
+    return savefun  # type: ignore[no-any-return]
+
+
+def _check_fs(fs: Any, owner: str) -> FileSystem:
+    if fs is None:
+        return LocalFileSystem()
+    if not isinstance(fs, FileSystem):
+        missing = [
+            name
+            for name in ("open", "exists", "makedirs", "rename", "remove", "listdir")
+            if not callable(getattr(fs, name, None))
+        ]
+        message = (
+            f"{owner}: fs must provide open, exists, makedirs, rename, remove and listdir; "
+            f"{fs!r} lacks {', '.join(missing)}"
+        )
+        raise TypeError(message)
+    return fs
+
+
+def _path_str(value: Any, what: str, owner: str) -> str:
+    try:
+        path = os.fspath(value)
+    except TypeError:
+        path = None
+    if not isinstance(path, str):
+        message = f"{owner}: {what} must be a str or os.PathLike, got {value!r}"
+        raise TypeError(message)
+    return path
+
+
+class Writer(abc.ABC):
+    """Base class of the writers that save objects into an output directory.
+
+    A writer is called as ``writer(filename, out_dir, target, savefun=None,
+    append=False)``; it writes ``savefun(target, fileobj)`` to
+    ``out_dir/filename``. Every built-in writer writes through :meth:`save`,
+    which is crash-safe: the data goes to a hidden temporary file in the same
+    directory (``.{filename}.tmp-...``), is flushed and fsync'ed, renamed over
+    the destination, and the directory is fsync'ed. The destination is never
+    missing (once written) nor half-written, even if the process is killed.
+
+    Subclasses implement :meth:`__call__`, usually by calling :meth:`save` now
+    or later. A writer is also a context manager that calls :meth:`finalize`
+    on exit.
+
+    Args:
+        fs: Filesystem to write to (see :class:`FileSystem`); the local
+            filesystem by default.
+        out_dir: Default output directory, set again by :meth:`initialize`.
+
+    Attributes:
+        fs: The filesystem written to.
+        out_dir: The output directory given at construction or to
+            :meth:`initialize`.
+    """
+
+    def __init__(self, fs: FileSystem | None = None, out_dir: str = "") -> None:
+        owner = type(self).__name__
+        self.fs: FileSystem = _check_fs(fs, owner)
+        self.out_dir: str = _path_str(out_dir, "out_dir", owner)
+        self._scanned_dirs: set[str] = set()
+        self._post_save_hooks: list[PostSaveHook] = []
+
+    @abc.abstractmethod
+    def __call__(
+        self,
+        filename: str,
+        out_dir: str,
+        target: Any,
+        *,
+        savefun: SaveFun | None = None,
+        append: bool = False,
+    ) -> None:
+        """Write ``target`` to ``out_dir/filename``.
+
+        Args:
+            filename: File name, relative to ``out_dir`` (may contain ``/``).
+            out_dir: Output directory; created if missing.
+            target: The object to save.
+            savefun: ``savefun(target, fileobj, **kwds)`` writing to a binary
+                file object; the writer's own ``savefun`` when ``None``.
+            append: Append the new data to the current content of the file
+                instead of replacing it (still crash-safe: see :meth:`save`).
+        """
+
+    def initialize(self, out_dir: str) -> None:
+        """Set the output directory and remove stale temporary files in it.
+
+        Called by the training manager before training starts. Temporary files
+        left there by killed processes of this host are removed (see
+        :func:`is_temporary_file`); those of live processes are kept.
+
+        Args:
+            out_dir: The output directory.
+        """
+        self.out_dir = _path_str(out_dir, "out_dir", type(self).__name__)
+        self._scanned_dirs.discard(self.out_dir)
+        self._scan(self.out_dir)
+
+    def finalize(self) -> None:  # noqa: B027 -- a no-op unless overridden
+        """Wait for pending writes and release resources (a no-op here)."""
+
+    def save(
+        self,
+        filename: str,
+        out_dir: str,
+        target: Any,
+        savefun: SaveFun,
+        append: bool,
+        **savefun_kwargs: Any,
+    ) -> None:
+        """Write ``savefun(target, fileobj, **savefun_kwargs)`` to ``out_dir/filename`` now.
+
+        The write is atomic: a temporary file ``.{filename}.tmp-...`` in the
+        same directory receives the data, is flushed and fsync'ed, then renamed
+        over the destination, and the directory is fsync'ed. With ``append``,
+        the current content is copied to the temporary file before the new
+        data, so a crash never truncates the file. If ``savefun`` raises, the
+        destination is untouched, the temporary file removed, and the error
+        propagates. Post-save hooks run after a successful write.
+
+        Args:
+            filename: File name relative to ``out_dir``.
+            out_dir: Output directory; created if missing.
+            target: The object to save.
+            savefun: Called as ``savefun(target, fileobj, **savefun_kwargs)``.
+            append: Keep the current content and add the new data after it.
+            **savefun_kwargs: Extra keyword arguments of ``savefun``.
+        """
+        path = self._destination(filename, out_dir)
+        self._scan(os.path.dirname(path))
+        write_atomic(self.fs, path, target, savefun, append, savefun_kwargs)
+        self._run_post_save_hooks(path)
+
+    def add_post_save_hook(self, hook: PostSaveHook) -> None:
+        """Call ``hook(path)`` after each completed write of this writer.
+
+        The hook runs once the file is complete on disk: in the writing thread
+        for :class:`SimpleWriter`, :class:`ThreadWriter` and
+        :class:`ThreadQueueWriter`, and in the calling process when a process
+        writer's write is collected (next call or :meth:`finalize`). An
+        extension that deletes old snapshots registers its cleanup here so it
+        never removes the previous file before the new one is complete. An
+        exception raised by a hook is reported like a failed write.
+
+        Args:
+            hook: Callable taking the path of the written file.
+        """
+        if not callable(hook):
+            message = f"{type(self).__name__}: a post-save hook must be callable, got {hook!r}"
+            raise TypeError(message)
+        self._post_save_hooks.append(hook)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.finalize()
+
+    # -- helpers for subclasses -------------------------------------------------
+
+    def _destination(self, filename: str, out_dir: str) -> str:
+        owner = type(self).__name__
+        name = _path_str(filename, "filename", owner)
+        if not name:
+            message = f"{owner}: filename must not be empty"
+            raise ValueError(message)
+        directory = _path_str(out_dir, "out_dir", owner)
+        return os.path.join(directory, name) if directory else name
+
+    def _scan(self, directory: str) -> None:
+        # Once per directory and writer: remove temporaries of dead processes.
+        if directory not in self._scanned_dirs:
+            self._scanned_dirs.add(directory)
+            remove_stale_temporaries(self.fs, directory)
+
+    def _run_post_save_hooks(self, path: str) -> None:
+        for hook in self._post_save_hooks:
+            hook(path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_scanned_dirs"] = set()
+        return state

@@ -1,0 +1,61 @@
+"""Module-level savefuns and tasks for the writing tests.
+
+They live in an importable module (not in a test file) so that writer
+processes started with ``spawn`` can unpickle them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import IO, Any
+
+import torch
+
+
+class SaveFailedError(Exception):
+    """A picklable error raised by :func:`failing_save`."""
+
+
+class TwoArgumentError(Exception):
+    """An error that does not survive pickling (its __init__ needs two arguments)."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"code {code}: {detail}")
+        self.code = code
+
+
+def write_bytes(data: bytes, fileobj: IO[bytes]) -> None:
+    fileobj.write(data)
+
+
+def failing_save(target: Any, fileobj: IO[bytes]) -> None:
+    fileobj.write(b"partial content")
+    raise SaveFailedError(f"cannot save a {type(target).__name__}")
+
+
+def unpicklable_error_save(target: Any, fileobj: IO[bytes]) -> None:
+    raise TwoArgumentError(7, "disk on fire")
+
+
+def slow_save(target: Any, fileobj: IO[bytes]) -> None:
+    # Gives the caller time to mutate the target before it is serialised.
+    time.sleep(0.3)
+    torch.save(target, fileobj)
+
+
+def suicidal_save(target: Any, fileobj: IO[bytes]) -> None:
+    fileobj.write(b"partial content")
+    fileobj.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def recording_task(
+    filename: str, out_dir: str, target: Any, *, savefun: Any = None, append: bool = False
+) -> None:
+    """A QueueWriter task writing ``repr(target)`` as text."""
+    path = os.path.join(out_dir, filename)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(path, "a" if append else "w") as f:
+        f.write(f"{target!r}\n")
