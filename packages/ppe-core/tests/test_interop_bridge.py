@@ -264,7 +264,9 @@ def test_registering_the_same_bridge_twice_keeps_one_entry(install_plugin: Insta
         unregister_bridge(bridge)
 
 
-@pytest.mark.parametrize("bad", [object(), numpy, "cupy"], ids=repr)
+@pytest.mark.parametrize(
+    "bad", [object(), numpy, "cupy"], ids=lambda v: "object" if type(v) is object else repr(v)
+)
 def test_register_bridge_rejects_objects_that_are_not_bridges(bad: Any) -> None:
     with pytest.raises(TypeError, match=rf"expects an ArrayBridge .* got {type(bad).__name__}"):
         register_bridge(bad)

@@ -120,7 +120,11 @@ def test_as_numpy_dtype_rejects_non_torch_dtypes_naming_the_type(bad: Any) -> No
         as_numpy_dtype(bad)
 
 
-@pytest.mark.parametrize("bad", [None, torch.float32, "not-a-dtype", object()], ids=repr)
+@pytest.mark.parametrize(
+    "bad",
+    [None, torch.float32, "not-a-dtype", object()],
+    ids=lambda v: "object" if type(v) is object else repr(v),
+)
 def test_from_numpy_dtype_rejects_non_numpy_dtypes_naming_the_value(bad: Any) -> None:
     with pytest.raises(TypeError, match=r"from_numpy_dtype\(\) expects a NumPy dtype") as info:
         from_numpy_dtype(bad)

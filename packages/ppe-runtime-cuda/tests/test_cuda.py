@@ -41,7 +41,9 @@ def test_stream_none_is_a_no_op_context() -> None:
         raise KeyError("propagates")
 
 
-@pytest.mark.parametrize("bad", ["default", 0, torch.device("cuda"), object()], ids=repr)
+@pytest.mark.parametrize(
+    "bad", ["default", 0, torch.device("cuda"), object()], ids=lambda bad: type(bad).__name__
+)
 def test_stream_rejects_objects_that_are_not_torch_streams(bad: Any) -> None:
     expected = rf"expects a torch.cuda.Stream or None, got {type(bad).__name__}"
     with pytest.raises(TypeError, match=expected), cuda.stream(bad):

@@ -2,4 +2,46 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from pytorch_pfn_extras.training import (
+    extension,
+    extensions,
+    trigger,
+    triggers,
+)
+from pytorch_pfn_extras.training._extension import (
+    PRIORITY_EDITOR,
+    PRIORITY_READER,
+    PRIORITY_SNAPSHOT,
+    PRIORITY_WRITER,
+    Extension,
+    ExtensionEntry,
+    make_extension,
+)
+from pytorch_pfn_extras.training._ignite_manager import IgniteExtensionsManager
+from pytorch_pfn_extras.training._manager import ExtensionsManager
+from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+from pytorch_pfn_extras.training._trigger_util import (
+    Trigger,
+    get_trigger,
+)
+from pytorch_pfn_extras.training._version import __version__
+
+__all__ = [
+    "PRIORITY_EDITOR",
+    "PRIORITY_READER",
+    "PRIORITY_SNAPSHOT",
+    "PRIORITY_WRITER",
+    "Extension",
+    "ExtensionEntry",
+    "ExtensionsManager",
+    "ExtensionsManagerProtocol",
+    "IgniteExtensionsManager",
+    "Trigger",
+    "__version__",
+    "extension",
+    "extensions",
+    "get_trigger",
+    "make_extension",
+    "trigger",
+    "triggers",
+]

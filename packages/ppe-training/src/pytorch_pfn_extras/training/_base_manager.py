@@ -1,0 +1,592 @@
+"""The manager logic shared by :class:`ExtensionsManager` and the Ignite manager."""
+
+from __future__ import annotations
+
+import os
+import time
+import types
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from pytorch_pfn_extras.reporting import Reporter
+from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, ExtensionEntry, ExtensionLike
+from pytorch_pfn_extras.training._manager_util import (
+    ModelsLike,
+    OptimizersLike,
+    TransformModel,
+    as_dict,
+    check_state_objects,
+    warn_unmatched,
+)
+from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
+from pytorch_pfn_extras.writing import SimpleWriter, Writer
+
+__all__ = ["ModelsLike", "OptimizersLike", "TransformModel", "_BaseExtensionsManager"]
+
+_RESERVED_NAMES = frozenset({"training"})
+
+# (trigger, extension) pairs of the hot loop; ``tag`` is used only when profiling.
+_Runner = tuple[Trigger, ExtensionLike, str]
+
+
+class _BaseExtensionsManager:
+    """State, extensions and the per-iteration machinery of a training loop.
+
+    Subclasses decide where iterations come from (a user's loop, an Ignite engine); they
+    set :attr:`iteration` and call :meth:`_begin_iteration`, :meth:`_end_iteration` and
+    :meth:`_fail_iteration` around each one.
+    """
+
+    def __init__(
+        self,
+        models: ModelsLike,
+        optimizers: OptimizersLike,
+        max_epochs: float,
+        extensions: Iterable[ExtensionLike] | None,
+        out_dir: str | os.PathLike[str],
+        writer: Writer | None,
+        stop_trigger: TriggerLike = None,
+        transform_model: TransformModel = lambda n, x: x,
+        enable_profile: bool = False,
+        enable_trace: bool = False,
+        state_objects: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._raw_models: dict[str, torch.nn.Module] = as_dict(models, "models", torch.nn.Module)
+        self._optimizers: dict[str, torch.optim.Optimizer] = as_dict(
+            optimizers, "optimizers", torch.optim.Optimizer
+        )
+        self._models = {name: transform_model(name, m) for name, m in self._raw_models.items()}
+        self._state_objects = check_state_objects(state_objects)
+        if stop_trigger is None:
+            if isinstance(max_epochs, bool) or not isinstance(max_epochs, (int, float)):
+                message = f"max_epochs must be a positive number, got {max_epochs!r}"
+                raise TypeError(message)
+            if max_epochs <= 0:
+                message = f"max_epochs must be positive, got {max_epochs!r}"
+                raise ValueError(message)
+            stop_trigger = (max_epochs, "epoch")
+        self._stop_trigger: Trigger = get_trigger(stop_trigger)
+        self.max_epochs = max_epochs
+        self._out = os.fspath(out_dir)
+        self._writer = writer if writer is not None else SimpleWriter(out_dir=self._out)
+        self._enable_profile = enable_profile
+        self._enable_trace = enable_trace
+
+        self.iteration = 0
+        self._iters_per_epoch = 1
+        self._observation: dict[str, Any] = {}
+        self._reporter = Reporter()
+        # Raw models first: names under the transformed models win (``main/x``, not
+        # ``main/module/x`` for a DDP-wrapped model unwrapped by transform_model).
+        for name, model in self._raw_models.items():
+            if model is not self._models[name]:
+                self._add_observers(name, model)
+        for name, model in self._models.items():
+            self._add_observers(name, model)
+
+        self._extensions: dict[str, ExtensionEntry] = {}
+        self._started = False
+        self._finalized = False
+        self._failed = False
+        self._in_iteration = False
+        self._start_time: float | None = None
+        self._elapsed_before = 0.0
+        self._stop_iteration = -1
+        self._stop_result = False
+        self._previous_observation: dict[str, Any] = {}
+        self._entries: list[ExtensionEntry] = []
+        self._runners_before_stop: list[_Runner] = []
+        self._runners_after_stop: list[_Runner] = []
+        for extension in extensions or ():
+            self.extend(extension)
+
+    def _add_observers(self, name: str, model: torch.nn.Module) -> None:
+        self._reporter.add_observer(name, model)
+        self._reporter.add_observers(
+            name + "/", [(sub, module) for sub, module in model.named_modules() if sub]
+        )
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def models(self) -> dict[str, torch.nn.Module]:
+        """The models by name, after ``transform_model`` (what snapshots save)."""
+        return self._models
+
+    @property
+    def raw_models(self) -> dict[str, torch.nn.Module]:
+        """The models by name, as given."""
+        return self._raw_models
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers by name."""
+        return self._optimizers
+
+    @property
+    def state_objects(self) -> dict[str, Any]:
+        """Other objects whose state is saved (schedulers, grad scalers...), by name."""
+        return self._state_objects
+
+    @property
+    def out(self) -> str:
+        """The output directory."""
+        return self._out
+
+    @property
+    def writer(self) -> Writer:
+        """The writer extensions use to write files into :attr:`out`."""
+        return self._writer
+
+    @property
+    def reporter(self) -> Reporter:
+        """The manager's reporter (models are registered as observers)."""
+        return self._reporter
+
+    @property
+    def observation(self) -> dict[str, Any]:
+        """Values reported during the current iteration (the last one, between iterations)."""
+        return self._observation
+
+    @property
+    def iters_per_epoch(self) -> int:
+        """Number of iterations in one epoch."""
+        return self._iters_per_epoch
+
+    @property
+    def epoch(self) -> int:
+        """Number of completed epochs."""
+        return self.iteration // self._iters_per_epoch
+
+    @property
+    def epoch_detail(self) -> float:
+        """Completed epochs, fractional."""
+        return self.iteration / self._iters_per_epoch
+
+    @property
+    def is_before_training(self) -> bool:
+        """True until the first iteration completes."""
+        return self.iteration == 0
+
+    @property
+    def elapsed_time(self) -> float:
+        """Seconds of training so far, including the time before a resume.
+
+        Raises:
+            RuntimeError: Training has not started.
+        """
+        if self._start_time is None:
+            message = "elapsed_time is not available before training starts"
+            raise RuntimeError(message)
+        return time.perf_counter() - self._start_time + self._elapsed_before
+
+    @property
+    def updater(self) -> _BaseExtensionsManager:
+        """The manager itself (for extensions written for Chainer's ``trainer.updater``)."""
+        return self
+
+    @property
+    def stop_trigger(self) -> bool:
+        """Whether training has finished: loop with ``while not manager.stop_trigger``.
+
+        Reading it starts the extensions (loading a snapshot if one autoloads), so a run
+        resumed after it finished does no further iteration. The stop trigger is evaluated
+        at most once per iteration; when it fires the extensions are finalized. It is also
+        true after an iteration failed.
+        """
+        if self._failed:
+            return True
+        if not self._started:
+            self.start_extensions()
+        stop = self._evaluate_stop_trigger()
+        if stop and not self._finalized:
+            self.finalize()
+        return stop
+
+    def _evaluate_stop_trigger(self) -> bool:
+        if self._stop_iteration != self.iteration:
+            self._stop_result = bool(self._stop_trigger(self))
+            self._stop_iteration = self.iteration
+        return self._stop_result
+
+    # ------------------------------------------------------------------ extensions
+
+    def extend(
+        self,
+        extension: ExtensionLike,
+        name: str | None = None,
+        trigger: TriggerLike = None,
+        priority: int | None = None,
+        *,
+        call_before_training: bool = False,
+    ) -> None:
+        """Register an extension.
+
+        Args:
+            extension: An :class:`~pytorch_pfn_extras.training.Extension`, a function
+                decorated with :func:`~pytorch_pfn_extras.training.make_extension`, or any
+                callable taking the manager.
+            name: Its name; ``extension.name``, ``default_name`` or ``__name__`` by default.
+                A name already taken gets a suffix: ``"<name>_1"``, ``"<name>_2"``...
+            trigger: When to run it; ``extension.trigger`` (else every iteration) by default.
+            priority: Higher runs first within an iteration; ``extension.priority`` by default.
+            call_before_training: Also run it once before the first iteration of a fresh run.
+
+        Raises:
+            RuntimeError: The extensions have already started.
+            ValueError: The name is empty or reserved (``'training'``).
+
+        Example:
+            >>> manager.extend(extensions.LogReport(), trigger=(1, "epoch"))
+        """
+        if self._started:
+            message = (
+                f"cannot extend with {extension!r} after the extensions started (the first "
+                "iteration, or manager.stop_trigger, starts them); register extensions before"
+            )
+            raise RuntimeError(message)
+        entry = ExtensionEntry(
+            extension,
+            name=name,
+            priority=priority,
+            trigger=trigger,
+            call_before_training=call_before_training,
+        )
+        if entry.name in _RESERVED_NAMES:
+            message = f"the extension name {entry.name!r} is reserved; pass another name="
+            raise ValueError(message)
+        base = unique = entry.name
+        ordinal = 0
+        while unique in self._extensions:
+            ordinal += 1
+            unique = f"{base}_{ordinal}"
+        entry.name = unique
+        try:
+            extension.name = unique  # type: ignore[attr-defined]
+        except (AttributeError, TypeError):  # builtins, slotted objects: keep the entry name
+            pass
+        self._extensions[unique] = entry
+
+    def get_extension(self, name: str) -> Any:
+        """Return the extension registered under ``name``.
+
+        Raises:
+            ValueError: No extension has that name (the message lists the names).
+        """
+        entry = self._extensions.get(name)
+        if entry is None:
+            message = f"no extension named {name!r}; registered: {sorted(self._extensions)}"
+            raise ValueError(message)
+        return entry.extension
+
+    @property
+    def extensions(self) -> list[tuple[str, ExtensionEntry]]:
+        """``(name, entry)`` pairs in execution order (priority, then registration)."""
+        entries = self._entries if self._started else self._sorted_entries()
+        return [(entry.name, entry) for entry in entries]
+
+    def _sorted_entries(self) -> list[ExtensionEntry]:
+        return sorted(self._extensions.values(), key=lambda e: -e.priority)
+
+    def _runner(self, entry: ExtensionEntry) -> _Runner:
+        return (entry.trigger, entry.extension, "extension:" + entry.name)
+
+    def start_extensions(self) -> None:
+        """Start training: load an autoloaded snapshot, initialize extensions, start the clock.
+
+        Called by the first iteration (or the first read of :attr:`stop_trigger`); calling
+        it again does nothing. Extensions registered with ``call_before_training=True`` run
+        here when training starts from iteration 0.
+        """
+        if self._started:
+            return
+        entries = self._sorted_entries()
+        self._entries = entries
+        self._runners_before_stop = [
+            self._runner(e) for e in entries if e.priority > PRIORITY_SNAPSHOT
+        ]
+        self._runners_after_stop = [
+            self._runner(e) for e in entries if e.priority <= PRIORITY_SNAPSHOT
+        ]
+        self._started = True
+        self._start_time = time.perf_counter()
+        self._writer.initialize(self._out)
+        # Snapshots that autoload go first, so that every other extension (and its
+        # trigger, e.g. a finished OnceTrigger) is initialized from the loaded state.
+        loaders = [e for e in entries if getattr(e.extension, "_loads_state", False)]
+        try:
+            for entry in loaders + [e for e in entries if e not in loaders]:
+                initialize = getattr(entry.extension, "initialize", None)
+                if initialize is None or getattr(entry.trigger, "finished", False):
+                    continue
+                initialize(self)
+        except BaseException:
+            # Nothing ran yet, so no on_error (a snapshot_on_error must not save this state).
+            self._failed = True
+            self._finalize(raise_errors=False)
+            raise
+        self._start_time = time.perf_counter()
+        if self.iteration == 0:
+            before = [e for e in entries if e.call_before_training]
+            if before:
+                self._begin_iteration()
+                try:
+                    for entry in before:
+                        entry.extension(self)
+                except BaseException as exc:
+                    self._fail_iteration(exc, exc.__traceback__)
+                    raise
+                self._close_scope()
+
+    def run_extensions(self) -> None:
+        """Run the extensions whose trigger fires at the current iteration, in order.
+
+        The stop trigger is evaluated between the extensions of priority above
+        :data:`~pytorch_pfn_extras.training.extension.PRIORITY_SNAPSHOT` and the others,
+        so a snapshot records its state.
+        """
+        if self._enable_profile or self._enable_trace:
+            self._run_extensions_profiled()
+            return
+        for trigger, extension, _ in self._runners_before_stop:
+            if trigger(self):
+                extension(self)
+        if self._stop_iteration != self.iteration:
+            self._evaluate_stop_trigger()
+        for trigger, extension, _ in self._runners_after_stop:
+            if trigger(self):
+                extension(self)
+
+    def _run_extensions_profiled(self) -> None:
+        from pytorch_pfn_extras.profiler import record
+
+        enable, trace = self._enable_profile, self._enable_trace
+        for trigger, extension, tag in self._runners_before_stop:
+            if trigger(self):
+                with record(tag, enable=enable, trace=trace):
+                    extension(self)
+        self._evaluate_stop_trigger()
+        for trigger, extension, tag in self._runners_after_stop:
+            if trigger(self):
+                with record(tag, enable=enable, trace=trace):
+                    extension(self)
+
+    # ------------------------------------------------------------------ iterations
+
+    def _check_can_iterate(self) -> None:
+        if self._in_iteration:
+            message = "run_iteration() cannot be nested: an iteration is already running"
+            raise RuntimeError(message)
+        if self._failed:
+            message = (
+                "training failed (an iteration, or starting the extensions, raised); the "
+                "extensions were finalized and training cannot go on"
+            )
+            raise RuntimeError(message)
+        if self._finalized:
+            message = (
+                f"training has finished (the stop trigger fired at iteration {self.iteration}); "
+                "stop the loop there: `while not manager.stop_trigger:`, and when training can "
+                "end mid-epoch, `if manager.stop_trigger: break` before run_iteration()"
+            )
+            raise RuntimeError(message)
+
+    def _begin_iteration(self) -> None:
+        """Open a fresh observation and make the manager's reporter current.
+
+        This is ``reporter.scope(observation)`` unrolled (two calls instead of a generator).
+        """
+        observation: dict[str, Any] = {}
+        self._observation = observation
+        reporter = self._reporter
+        self._previous_observation = reporter.observation
+        reporter.observation = observation
+        reporter.__enter__()
+        self._in_iteration = True
+
+    def _close_scope(self) -> None:
+        if not self._in_iteration:
+            return
+        self._in_iteration = False
+        reporter = self._reporter
+        reporter.__exit__(None, None, None)
+        reporter.observation = self._previous_observation
+        self._previous_observation = {}
+
+    def _end_iteration(self) -> None:
+        """Run the extensions of the iteration just counted, close it; finalize at the end."""
+        self.run_extensions()
+        stop = self._evaluate_stop_trigger()
+        self._close_scope()
+        if stop:
+            self.finalize()
+
+    def _fail_iteration(self, exc: BaseException, tb: types.TracebackType | None) -> None:
+        """Handle an exception raised by an iteration: on_error once each, then finalize."""
+        try:
+            self._close_scope()
+        except Exception:  # the original error matters more
+            pass
+        if self._failed:
+            return
+        self._failed = True
+        for entry in self._entries:
+            on_error = getattr(entry.extension, "on_error", None)
+            if on_error is None:
+                continue
+            try:
+                on_error(self, exc, tb)
+            except Exception as handler_error:
+                message = (
+                    f"the on_error handler of extension {entry.name!r} raised "
+                    f"{handler_error!r} while handling {exc!r}"
+                )
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+        self._finalize(raise_errors=False)
+
+    def finalize(self) -> None:
+        """Call every extension's finalizer and finalize the writer (once).
+
+        Called automatically when the stop trigger fires or an iteration fails.
+
+        Raises:
+            Exception: The first error a finalizer raised, after every finalizer ran.
+        """
+        self._finalize(raise_errors=True)
+
+    def _finalize(self, raise_errors: bool) -> None:
+        if self._finalized:
+            return
+        self._finalized = True
+        errors: list[tuple[str, Exception]] = []
+        for entry in self._entries or self._sorted_entries():
+            finalize = getattr(entry.extension, "finalize", None)
+            if finalize is None:
+                continue
+            try:
+                finalize(self)
+            except Exception as error:
+                errors.append((entry.name, error))
+        try:
+            self._writer.finalize()
+        except Exception as error:
+            errors.append(("writer", error))
+        if not errors:
+            return
+        if raise_errors:
+            raise errors[0][1]
+        for name, failure in errors:
+            message = f"finalizing {name!r} after a failed iteration raised {failure!r}"
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    # ------------------------------------------------------------------ model state
+
+    def needs_model_state(self, iteration: int | None = None) -> bool:
+        """Whether an extension reading the model state may run at ``iteration``.
+
+        Args:
+            iteration: The iteration to ask about; the current one by default.
+        """
+        if iteration is None:
+            iteration = self.iteration
+        epoch_length = self._iters_per_epoch
+        return any(
+            entry.needs_model_state and entry.trigger.may_fire(iteration, epoch_length)
+            for entry in self._extensions.values()
+        )
+
+    def needs_state_this_iteration(self) -> bool:
+        """Whether an extension reading the model state may run after the running iteration."""
+        return self.needs_model_state(self.iteration + 1)
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the whole training state, loadable with ``torch.load(weights_only=True)``.
+
+        Keys: ``iteration``, ``elapsed_time``, ``models``, ``optimizers``, ``extensions``
+        (each extension's and trigger's state), ``stop_trigger`` (its state and its last
+        result) and ``state_objects``.
+        """
+        if self._started and self._stop_iteration != self.iteration:
+            # A snapshot taken before the stop trigger ran this iteration records it
+            # evaluated, so that the resumed run does not evaluate it twice.
+            self._evaluate_stop_trigger()
+        return {
+            "iteration": self.iteration,
+            "elapsed_time": self.elapsed_time if self._start_time is not None else 0.0,
+            "models": {name: m.state_dict() for name, m in self._models.items()},
+            "optimizers": {name: o.state_dict() for name, o in self._optimizers.items()},
+            "extensions": {name: e.state_dict() for name, e in self._extensions.items()},
+            "stop_trigger": {
+                "state": self._stop_trigger.state_dict(),
+                "evaluated_at": self._stop_iteration,
+                "result": self._stop_result,
+            },
+            "state_objects": {name: o.state_dict() for name, o in self._state_objects.items()},
+        }
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`state_dict`.
+
+        Extensions and state objects missing from the snapshot, or present in it but not
+        registered, are reported with a warning naming them; models and optimizers must
+        match.
+
+        Raises:
+            ValueError: ``to_load`` is not a manager state, or its models or optimizers
+                differ from the manager's.
+        """
+        missing = [key for key in ("iteration", "models", "optimizers") if key not in to_load]
+        if missing:
+            message = (
+                f"not a manager state_dict: it lacks {missing} (keys: {sorted(to_load)}); "
+                "a file written by snapshot_object() loads into its own target"
+            )
+            raise ValueError(message)
+        for kind, mine in (("models", self._models), ("optimizers", self._optimizers)):
+            theirs = to_load[kind]
+            if set(theirs) != set(mine):
+                message = (
+                    f"the snapshot has {kind} {sorted(theirs)} but the manager has "
+                    f"{sorted(mine)}; they must match to resume"
+                )
+                raise ValueError(message)
+        for name, model in self._models.items():
+            model.load_state_dict(to_load["models"][name])
+        for name, optimizer in self._optimizers.items():
+            optimizer.load_state_dict(to_load["optimizers"][name])
+        extensions = to_load.get("extensions", {})
+        warn_unmatched(
+            "extensions",
+            set(self._extensions) - set(extensions),
+            set(extensions) - set(self._extensions),
+        )
+        for name, entry in self._extensions.items():
+            if name in extensions:
+                entry.load_state_dict(extensions[name])
+        objects = to_load.get("state_objects", {})
+        warn_unmatched(
+            "state objects",
+            set(self._state_objects) - set(objects),
+            set(objects) - set(self._state_objects),
+        )
+        for name, obj in self._state_objects.items():
+            if name in objects:
+                obj.load_state_dict(objects[name])
+        stop = to_load.get("stop_trigger")
+        if stop is not None:
+            self._stop_trigger.load_state_dict(stop["state"])
+            if stop["state"]:
+                # A stateful trigger (early stopping) must not see the same iteration twice.
+                # A stateless one is simply re-evaluated, so that a run resumed with a longer
+                # training length (more epochs) goes on instead of stopping where it was.
+                self._stop_iteration = int(stop["evaluated_at"])
+                self._stop_result = bool(stop["result"])
+        self.iteration = int(to_load["iteration"])
+        self._elapsed_before = float(to_load.get("elapsed_time", 0.0))
+        if self._start_time is not None:
+            self._start_time = time.perf_counter()

@@ -1,0 +1,72 @@
+"""Argument checks and helpers of the managers."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+
+ModelsLike = torch.nn.Module | Mapping[str, torch.nn.Module]
+OptimizersLike = torch.optim.Optimizer | Mapping[str, torch.optim.Optimizer]
+TransformModel = Callable[[str, torch.nn.Module], torch.nn.Module]
+
+
+def as_dict(value: Any, what: str, kind: type) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        result = dict(value)
+        for name, item in result.items():
+            if not isinstance(name, str):
+                message = f"{what} must be keyed by strings, got the key {name!r}"
+                raise TypeError(message)
+            if not isinstance(item, kind):
+                message = f"{what}[{name!r}] must be a {kind.__name__}, got {type(item).__name__}"
+                raise TypeError(message)
+        return result
+    if isinstance(value, kind):
+        return {"main": value}
+    if isinstance(value, (list, tuple)) and not value:
+        return {}  # ``optimizers=[]`` in the reference docs' example
+    message = (
+        f"{what} must be a {kind.__name__} or a mapping of names to {kind.__name__}, "
+        f"got {type(value).__name__}"
+    )
+    raise TypeError(message)
+
+
+def check_state_objects(state_objects: Mapping[str, Any] | None) -> dict[str, Any]:
+    if state_objects is None:
+        return {}
+    if not isinstance(state_objects, Mapping):
+        message = (
+            "state_objects must be a mapping of names to objects with state_dict() and "
+            f"load_state_dict(), got {type(state_objects).__name__}"
+        )
+        raise TypeError(message)
+    for name, obj in state_objects.items():
+        if not callable(getattr(obj, "state_dict", None)) or not callable(
+            getattr(obj, "load_state_dict", None)
+        ):
+            message = (
+                f"state_objects[{name!r}] ({type(obj).__name__}) must have state_dict() "
+                "and load_state_dict()"
+            )
+            raise TypeError(message)
+    return dict(state_objects)
+
+
+def warn_unmatched(kind: str, added: Iterable[str], removed: Iterable[str]) -> None:
+    added, removed = sorted(added), sorted(removed)
+    if added:
+        message = (
+            f"the snapshot has no state for the {kind} {added} (added after the snapshot was "
+            "taken?); they start from their initial state"
+        )
+        warnings.warn(message, UserWarning, stacklevel=3)
+    if removed:
+        message = (
+            f"the snapshot has state for the {kind} {removed}, which are not registered "
+            "(removed since the snapshot was taken?); their state is ignored"
+        )
+        warnings.warn(message, UserWarning, stacklevel=3)

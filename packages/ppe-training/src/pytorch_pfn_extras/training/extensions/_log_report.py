@@ -1,0 +1,270 @@
+"""LogReport: averages reported values over an interval and writes them to a log file."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import IO, TYPE_CHECKING, Any
+
+from pytorch_pfn_extras.reporting import DictSummary
+from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
+from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
+
+if TYPE_CHECKING:
+    import pandas
+
+    from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+    from pytorch_pfn_extras.writing import Writer
+
+_FORMATS = ("json", "json-lines", "yaml")
+_KWARGS = ("writer", "log_name")
+
+
+def _infer_format(filename: str) -> str:
+    if filename.endswith(".jsonl"):
+        return "json-lines"
+    if filename.endswith((".yaml", ".yml")):
+        return "yaml"
+    return "json"
+
+
+def _json_default(value: Any) -> Any:
+    tolist = getattr(value, "tolist", None)  # tensors, NumPy arrays and scalars
+    if callable(tolist):
+        return tolist()
+    message = f"LogReport cannot write a {type(value).__name__} to a JSON log: {value!r}"
+    raise TypeError(message)
+
+
+def _import_yaml() -> Any:
+    try:
+        import yaml
+    except ImportError as error:  # pragma: no cover -- pyyaml is installed in CI
+        message = 'LogReport(format="yaml") needs PyYAML: pip install "ppe-training[yaml]"'
+        raise ImportError(message) from error
+    return yaml
+
+
+def _encode(entries: list[dict[str, Any]], fmt: str) -> bytes:
+    if fmt == "json":
+        return json.dumps(entries, indent=4, default=_json_default).encode()
+    if fmt == "json-lines":
+        return b"".join(
+            json.dumps(entry, default=_json_default).encode() + b"\n" for entry in entries
+        )
+    yaml = _import_yaml()
+    plain = json.loads(json.dumps(entries, default=_json_default))
+    return str(yaml.safe_dump(plain, default_flow_style=False, sort_keys=False)).encode()
+
+
+def _decode(data: bytes, fmt: str) -> list[Any]:
+    """The entries of an existing json-lines or yaml log (as raw lines or objects)."""
+    if fmt == "json-lines":
+        return [line + b"\n" for line in data.splitlines() if line.strip()]
+    loaded = _import_yaml().safe_load(data)
+    return list(loaded) if loaded else []
+
+
+def _write_bytes(data: bytes, fileobj: IO[bytes], **kwargs: Any) -> None:
+    fileobj.write(data)
+
+
+def _write_entries(
+    entries: list[dict[str, Any]], fileobj: IO[bytes], fmt: str = "json", **kwargs: Any
+) -> None:
+    # The writer gets the entries themselves as its target (a TensorBoardWriter plots the
+    # last one); file writers encode them with this savefun.
+    fileobj.write(_encode(entries, fmt))
+
+
+def _to_python(value: Any) -> Any:
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+class LogReport(Extension):
+    """An extension to output the accumulated results to a log file.
+
+    It is called every iteration and accumulates the observation (all keys, or ``keys``);
+    when its own ``trigger`` fires, the means become a new log entry, which also holds
+    ``epoch``, ``iteration`` and ``elapsed_time``, and the log is written into the
+    manager's output directory through the writer (atomically: a crash never leaves a
+    half-written log). Its state (the log and the partial interval) is saved in snapshots,
+    so a resumed run writes exactly the log of the uninterrupted run.
+
+    Args:
+        keys: Keys of values to accumulate; all keys when ``None``.
+        trigger: When to emit an entry (distinct from when the extension is called, every
+            iteration); one epoch by default.
+        postprocess: Called with each entry before it is stored; may modify it.
+        filename: Log file name under the output directory (``'log'`` by default). It can
+            be a format string filled with the entry, e.g. ``'log_{iteration}'``.
+        append: Append each entry to the file instead of rewriting the whole log
+            (``'json-lines'`` and ``'yaml'`` only). The log is then not kept in snapshots,
+            which makes them smaller; on resume, entries written after the snapshot are
+            dropped from the file.
+        format: ``'json'``, ``'json-lines'`` or ``'yaml'``; inferred from the filename
+            (``.jsonl``, ``.yaml``) by default, else ``'json'``.
+        **kwargs: ``writer``: a writer to use instead of the manager's.
+
+    Raises:
+        ValueError: An unknown format, or ``append`` with the ``'json'`` format.
+        TypeError: An unknown keyword argument.
+
+    Example:
+        >>> manager.extend(extensions.LogReport(filename="log.jsonl", append=True))
+    """
+
+    trigger: TriggerLike = (1, "iteration")
+    priority = PRIORITY_READER
+
+    def __init__(
+        self,
+        keys: Iterable[str] | None = None,
+        trigger: TriggerLike = (1, "epoch"),
+        postprocess: Callable[[dict[str, Any]], None] | None = None,
+        filename: str | None = None,
+        append: bool = False,
+        format: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        unknown = sorted(set(kwargs) - set(_KWARGS))
+        if unknown:
+            message = (
+                f"LogReport got unexpected keyword arguments {unknown}; accepted: {list(_KWARGS)}"
+            )
+            raise TypeError(message)
+        if filename is None:
+            filename = kwargs.get("log_name", "log")
+        if not isinstance(filename, str) or not filename:
+            message = f"LogReport: filename must be a non-empty string, got {filename!r}"
+            raise ValueError(message)
+        if format is None:
+            format = _infer_format(filename)
+        if format not in _FORMATS:
+            message = f"LogReport: format must be one of {list(_FORMATS)}, got {format!r}"
+            raise ValueError(message)
+        if append and format == "json":
+            message = (
+                "LogReport: append=True needs the 'json-lines' or 'yaml' format (a JSON "
+                f"document cannot be appended to); got format {format!r} for {filename!r}"
+            )
+            raise ValueError(message)
+        self._keys = None if keys is None else tuple(keys)
+        self._log_trigger = get_trigger(trigger)
+        self._postprocess = postprocess
+        self._filename = filename
+        self._append = append
+        self._format = format
+        self._writer: Writer | None = kwargs.get("writer")
+        self._log: list[dict[str, Any]] = []
+        self._summary = DictSummary()
+        self._n_written = 0
+        self._check_file = False
+
+    @property
+    def log(self) -> list[dict[str, Any]]:
+        """The entries so far (with ``append=True``, only those of this process)."""
+        return self._log
+
+    def __call__(self, manager: ExtensionsManagerProtocol) -> None:
+        """Accumulate the observation; emit an entry when the log trigger fires."""
+        observation = manager.observation
+        keys = self._keys
+        if keys is None:
+            self._summary.add(observation)
+        else:
+            self._summary.add({key: observation[key] for key in keys if key in observation})
+        if self._log_trigger(manager):
+            self._emit(manager)
+
+    def _emit(self, manager: ExtensionsManagerProtocol) -> None:
+        entry: dict[str, Any] = {
+            key: _to_python(value) for key, value in self._summary.compute_mean().items()
+        }
+        entry["epoch"] = manager.epoch
+        entry["iteration"] = manager.iteration
+        entry["elapsed_time"] = manager.elapsed_time
+        if self._postprocess is not None:
+            self._postprocess(entry)
+        self._log.append(entry)
+        self._summary = DictSummary()
+        self._write(manager, entry)
+
+    def _write(self, manager: ExtensionsManagerProtocol, entry: dict[str, Any]) -> None:
+        writer = self._writer if self._writer is not None else manager.writer
+        if writer is None:
+            return
+        filename = self._filename.format(**entry)
+        out = manager.out
+        savefun = functools.partial(_write_entries, fmt=self._format)
+        if not self._append:
+            writer(filename, out, self._log, savefun=savefun)
+        elif self._check_file:
+            self._check_file = False
+            kept = self._entries_before_resume(writer, os.path.join(out, filename))
+            if kept is None:
+                writer(filename, out, [entry], savefun=savefun, append=True)
+            else:
+                writer(filename, out, kept + _encode([entry], self._format), savefun=_write_bytes)
+        else:
+            writer(filename, out, [entry], savefun=savefun, append=True)
+        self._n_written += 1
+
+    def _entries_before_resume(self, writer: Writer, path: str) -> bytes | None:
+        """The file's content up to the snapshot, if entries were written after it."""
+        fs = writer.fs
+        if not fs.exists(path):
+            return b""
+        with fs.open(path, "rb") as f:
+            entries = _decode(f.read(), self._format)
+        if len(entries) <= self._n_written:
+            return None
+        kept = entries[: self._n_written]
+        if self._format == "json-lines":
+            return b"".join(kept)
+        return _encode(kept, self._format)
+
+    def initialize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Initialize the extension's own writer, if it was given one."""
+        if self._writer is not None:
+            self._writer.initialize(manager.out)
+
+    def finalize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Finalize the extension's own writer, if it was given one."""
+        if self._writer is not None:
+            self._writer.finalize()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the log (unless ``append``), the partial interval and trigger state."""
+        return {
+            "log": [] if self._append else [dict(entry) for entry in self._log],
+            "summary": self._summary.state_dict(),
+            "log_trigger": self._log_trigger.state_dict(),
+            "n_written": self._n_written,
+        }
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`state_dict`."""
+        self._log = [dict(entry) for entry in to_load["log"]]
+        self._summary = DictSummary()
+        self._summary.load_state_dict(to_load["summary"])
+        self._log_trigger.load_state_dict(to_load.get("log_trigger", {}))
+        self._n_written = int(to_load.get("n_written", len(self._log)))
+        # Entries appended after the snapshot are dropped on the next write (one file only).
+        self._check_file = self._append and "{" not in self._filename
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """Return the log as a :class:`pandas.DataFrame` (needs pandas).
+
+        Raises:
+            ImportError: pandas is not installed.
+        """
+        try:
+            import pandas
+        except ImportError as error:  # pragma: no cover -- pandas is installed in CI
+            message = 'LogReport.to_dataframe needs pandas: pip install "ppe-training[pandas]"'
+            raise ImportError(message) from error
+        return pandas.DataFrame(self._log)

@@ -1,0 +1,340 @@
+"""snapshot and snapshot_object: save the training state; autoload it on restart."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import types
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension
+from pytorch_pfn_extras.training._trigger_util import TriggerLike
+from pytorch_pfn_extras.training.extensions._snapshot_files import SnapshotFiles
+from pytorch_pfn_extras.writing import SimpleWriter
+
+if TYPE_CHECKING:
+    from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+    from pytorch_pfn_extras.writing import Writer
+
+Filename = str | Callable[["ExtensionsManagerProtocol"], str]
+
+
+def _is_disallowed_global(error: BaseException) -> bool:
+    """Whether ``torch.load(weights_only=True)`` refused a valid file for its content."""
+    return isinstance(error, pickle.UnpicklingError) and "Unsupported global" in str(error)
+
+
+class _Snapshot(Extension):
+    """The extension returned by :func:`snapshot` and :func:`snapshot_object`."""
+
+    trigger: TriggerLike = (1, "epoch")
+    priority = PRIORITY_SNAPSHOT
+    needs_model_state = True
+
+    def __init__(
+        self,
+        target: Any,
+        filename: Filename,
+        *,
+        condition: Callable[[], bool] | None,
+        writer: Writer | None,
+        snapshot_on_error: bool,
+        n_retains: int,
+        autoload: bool,
+        saver_rank: int | None,
+        default_name: str,
+    ) -> None:
+        if not isinstance(filename, str) and not callable(filename):
+            message = f"snapshot filename must be a str or a callable, got {filename!r}"
+            raise TypeError(message)
+        if condition is not None and not callable(condition):
+            message = f"snapshot condition must be a callable or None, got {condition!r}"
+            raise TypeError(message)
+        if isinstance(n_retains, bool) or not isinstance(n_retains, int) or n_retains == 0:
+            message = f"n_retains must be a positive integer, or -1 to keep all, got {n_retains!r}"
+            raise ValueError(message)
+        if saver_rank is not None and (
+            isinstance(saver_rank, bool) or not isinstance(saver_rank, int) or saver_rank < 0
+        ):
+            message = f"saver_rank must be a rank (an integer >= 0) or None, got {saver_rank!r}"
+            raise ValueError(message)
+        self._files: SnapshotFiles | None = None
+        if autoload or n_retains > 0:
+            if not isinstance(filename, str):
+                message = (
+                    "autoload and n_retains need a str filename template to find the "
+                    f"snapshots, got the callable {filename!r}"
+                )
+                raise ValueError(message)
+            self._files = SnapshotFiles(filename)
+        self._target = target
+        self._filename = filename
+        self._condition = condition
+        self._writer = writer
+        self._snapshot_on_error = snapshot_on_error
+        self._n_retains = n_retains
+        self.autoload = autoload
+        self._loads_state = autoload
+        self._saver_rank = saver_rank
+        self._default_name = default_name
+        self._is_saver = True
+        self._hooked: Writer | None = None
+        self._bad_files: set[str] = set()
+        self._out = ""
+        self.resumed_from: str | None = None
+
+    @property
+    def default_name(self) -> str:
+        """``'snapshot'`` or ``'snapshot_object'``."""
+        return self._default_name
+
+    def _writer_of(self, manager: ExtensionsManagerProtocol) -> Writer:
+        writer = self._writer if self._writer is not None else manager.writer
+        if writer is None:
+            message = "snapshot needs a writer: the manager has none and none was given"
+            raise RuntimeError(message)
+        return writer
+
+    def _target_of(self, manager: ExtensionsManagerProtocol) -> Any:
+        return manager if self._target is None else self._target
+
+    def initialize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Check ``saver_rank``, register the cleanup, and autoload the newest snapshot."""
+        self._out = manager.out
+        if self._saver_rank is not None:
+            self._is_saver = self._check_saver_rank()
+        writer = self._writer_of(manager)
+        if self._writer is not None:
+            self._writer.initialize(manager.out)
+        if self._n_retains > 0 and self._is_saver and self._hooked is None:
+            add_hook = getattr(writer, "add_post_save_hook", None)
+            if callable(add_hook):
+                add_hook(self._after_save)
+                self._hooked = writer
+        if self.autoload:
+            self._autoload(manager, writer)
+
+    def _check_saver_rank(self) -> bool:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            message = (
+                f"snapshot(saver_rank={self._saver_rank}) needs torch.distributed to be "
+                "initialized (init_process_group) before training starts"
+            )
+            raise RuntimeError(message)
+        world_size = dist.get_world_size()
+        if self._saver_rank is not None and self._saver_rank >= world_size:
+            message = (
+                f"snapshot saver_rank={self._saver_rank} is not a rank of the process group "
+                f"of size {world_size}"
+            )
+            raise ValueError(message)
+        return dist.get_rank() == self._saver_rank
+
+    def _autoload(self, manager: ExtensionsManagerProtocol, writer: Writer) -> None:
+        assert self._files is not None
+        fs = writer.fs
+        for path in self._files.list(fs, manager.out):
+            try:
+                with fs.open(path, "rb") as f:
+                    state = torch.load(f, map_location="cpu", weights_only=True)
+            except Exception as error:
+                if _is_disallowed_global(error):
+                    message = (
+                        f"the snapshot {path!r} holds objects that torch.load(weights_only=True) "
+                        "refuses (snapshots must contain only tensors, numbers, strings and "
+                        "lists/dicts of them; allow a class with "
+                        f"torch.serialization.add_safe_globals([...])): {error}"
+                    )
+                    raise pickle.UnpicklingError(message) from error
+                self._bad_files.add(path)
+                message = (
+                    f"cannot load the snapshot {path!r} ({type(error).__name__}: {error}); "
+                    "falling back to the previous snapshot"
+                )
+                warnings.warn(message, UserWarning, stacklevel=2)
+                continue
+            self._target_of(manager).load_state_dict(state)
+            self.resumed_from = path
+            return
+
+    def __call__(self, manager: ExtensionsManagerProtocol) -> None:
+        """Write a snapshot (if ``condition`` allows it and this process is the saver)."""
+        if self._condition is not None and not self._condition():
+            return
+        self._save(manager)
+
+    def _save(self, manager: ExtensionsManagerProtocol) -> None:
+        if not self._is_saver:
+            return
+        filename = self._filename
+        name = filename.format(manager) if isinstance(filename, str) else filename(manager)
+        writer = self._writer_of(manager)
+        state = self._target_of(manager).state_dict()
+        writer(name, manager.out, state)
+        if self._n_retains > 0 and self._hooked is not writer:
+            # A writer without post-save hooks is assumed synchronous: clean up now.
+            self._after_save(os.path.join(manager.out, name))
+
+    def _after_save(self, path: str) -> None:
+        """Delete the oldest snapshots beyond ``n_retains`` once ``path`` is complete."""
+        files = self._files
+        if files is None or not files.contains(path, self._out):
+            return
+        path = os.path.normpath(path)
+        writer = self._hooked if self._hooked is not None else self._writer
+        fs = writer.fs if writer is not None else None
+        if fs is None:
+            return
+        self._bad_files.discard(path)  # rewritten: complete now
+        good = [p for p in files.list(fs, self._out) if p not in self._bad_files]
+        for old in good[self._n_retains :]:
+            if old == path:
+                continue
+            try:
+                fs.remove(old)
+            except FileNotFoundError:
+                continue
+
+    def on_error(
+        self,
+        manager: ExtensionsManagerProtocol,
+        exc: BaseException,
+        tb: types.TracebackType | None,
+    ) -> None:
+        """Write a snapshot of the failed state if ``snapshot_on_error``."""
+        if self._snapshot_on_error:
+            self._save(manager)
+
+    def finalize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Wait for the snapshot's own writer, if it was given one."""
+        if self._writer is not None:
+            self._writer.finalize()
+
+
+def _writer_for(savefun: Any, writer: Writer | None) -> Writer | None:
+    if savefun is not None and writer is not None:
+        message = "pass either savefun or writer to snapshot, not both (a writer has its savefun)"
+        raise ValueError(message)
+    if savefun is not None:
+        return SimpleWriter(savefun=savefun)
+    return writer
+
+
+def snapshot(
+    savefun: Any = None,
+    filename: Filename = "snapshot_iter_{.iteration}",
+    *,
+    target: Any = None,
+    condition: Callable[[], bool] | None = None,
+    writer: Writer | None = None,
+    snapshot_on_error: bool = False,
+    n_retains: int = -1,
+    autoload: bool = False,
+    saver_rank: int | None = None,
+) -> Extension:
+    """Return an extension that saves the manager's state, to resume training later.
+
+    The extension runs once per epoch by default, after every other extension of the
+    iteration (priority ``-100``). It writes ``target.state_dict()`` (the manager's:
+    models, optimizers, extensions, triggers, stop trigger, state objects) to
+    ``out_dir/filename`` through the writer, atomically.
+
+    With ``autoload``, the newest complete snapshot in the output directory (by the
+    iteration in its name, never by modification time; writers' hidden temporary files
+    are ignored) is loaded when training starts; if it cannot be read (truncated,
+    corrupted), the previous one is tried, with a warning. Loading uses
+    ``torch.load(..., weights_only=True, map_location='cpu')``: a snapshot may hold only
+    tensors, numbers, strings, ``None`` and lists/dicts of them; register other classes
+    with ``torch.serialization.add_safe_globals``.
+
+    Args:
+        savefun: ``savefun(target, fileobj)``; a :class:`~pytorch_pfn_extras.writing.
+            SimpleWriter` with it is used. Exclusive with ``writer``.
+        filename: Name of the file, formatted with the manager (``{.iteration}``,
+            ``{.epoch}``), or a callable ``fn(manager) -> str``.
+        target: Object to save instead of the manager (anything with ``state_dict``).
+        condition: A callable without arguments; the snapshot is skipped when it returns
+            false.
+        writer: Writer to use instead of the manager's (e.g. a
+            :class:`~pytorch_pfn_extras.writing.ThreadWriter` to write in the background).
+        snapshot_on_error: Also write a snapshot when an iteration raises.
+        n_retains: Keep at most this many snapshots (``-1`` keeps all). Old files are
+            deleted only once the new one is complete, so the last good snapshot always
+            remains.
+        autoload: Load the newest loadable snapshot before training starts.
+        saver_rank: With ``torch.distributed``, only this rank writes; every rank loads.
+
+    Returns:
+        The snapshot extension.
+
+    Raises:
+        ValueError: Both ``savefun`` and ``writer``, a bad ``n_retains``, or
+            ``autoload``/``n_retains`` with a callable filename.
+
+    Example:
+        >>> manager.extend(extensions.snapshot(n_retains=3, autoload=True))
+    """
+    return _Snapshot(
+        target,
+        filename,
+        condition=condition,
+        writer=_writer_for(savefun, writer),
+        snapshot_on_error=snapshot_on_error,
+        n_retains=n_retains,
+        autoload=autoload,
+        saver_rank=saver_rank,
+        default_name="snapshot",
+    )
+
+
+def snapshot_object(
+    target: Any,
+    filename: Filename,
+    savefun: Any = None,
+    *,
+    condition: Callable[[], bool] | None = None,
+    writer: Writer | None = None,
+    snapshot_on_error: bool = False,
+    n_retains: int = -1,
+    autoload: bool = False,
+    saver_rank: int | None = None,
+) -> Extension:
+    """Return an extension that saves ``target.state_dict()`` (a model, an optimizer...).
+
+    Like :func:`snapshot` with an explicit target; ``autoload`` loads the newest file
+    into ``target``.
+
+    Args:
+        target: Object with ``state_dict`` (and ``load_state_dict`` for autoload).
+        filename: Name of the file, formatted with the manager, or a callable.
+        savefun: ``savefun(target, fileobj)``; exclusive with ``writer``.
+        condition: A callable without arguments; the snapshot is skipped when false.
+        writer: Writer to use instead of the manager's.
+        snapshot_on_error: Also write a snapshot when an iteration raises.
+        n_retains: Keep at most this many files (``-1`` keeps all).
+        autoload: Load the newest loadable file into ``target`` before training.
+        saver_rank: With ``torch.distributed``, only this rank writes.
+
+    Returns:
+        The snapshot extension.
+
+    Example:
+        >>> manager.extend(extensions.snapshot_object(model, "model_{.epoch}.pt"))
+    """
+    return _Snapshot(
+        target,
+        filename,
+        condition=condition,
+        writer=_writer_for(savefun, writer),
+        snapshot_on_error=snapshot_on_error,
+        n_retains=n_retains,
+        autoload=autoload,
+        saver_rank=saver_rank,
+        default_name="snapshot_object",
+    )

@@ -1,0 +1,209 @@
+"""ProgressBar and ProgressBarNotebook: progress, speed and estimated time to finish."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from pytorch_pfn_extras import reporting
+from pytorch_pfn_extras.training import ExtensionsManager
+from pytorch_pfn_extras.training.extensions import (
+    LogReport,
+    PrintReport,
+    ProgressBar,
+    ProgressBarNotebook,
+)
+from pytorch_pfn_extras.training.triggers import EarlyStoppingTrigger
+
+_UPDATE = re.compile(
+    r"     total \[(?P<total_bar>[#.]{20})\] +(?P<total>[\d.]+)%\n"
+    r"this epoch \[(?P<epoch_bar>[#.]{20})\] +(?P<epoch>[\d.]+)%\n"
+    r" +(?P<iteration>\d+) iter, (?P<epochs>\d+) epoch / (?P<length>.+)\n"
+    r"(?: *(?P<speed>[\d.e+]+) iters/sec\. Estimated time to finish: (?P<eta>[\d:]+)\.\n"
+    r"|  estimating the speed\.\.\.\n)"
+)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _run(
+    tmp_path: Path,
+    bar: ProgressBar,
+    epochs: float = 2,
+    iters_per_epoch: int = 10,
+    sleep: float = 0.0,
+    **kwargs: Any,
+) -> ExtensionsManager:
+    manager = ExtensionsManager(
+        {}, {}, epochs, iters_per_epoch=iters_per_epoch, out_dir=tmp_path, **kwargs
+    )
+    manager.extend(bar)
+    while not manager.stop_trigger:
+        with manager.run_iteration():
+            if sleep:
+                time.sleep(sleep)
+    return manager
+
+
+def _updates(text: str) -> list[dict[str, str]]:
+    updates = [m.groupdict() for m in _UPDATE.finditer(text)]
+    assert sum(len(m.group(0)) for m in _UPDATE.finditer(text)) == len(text)  # nothing else
+    return updates
+
+
+def test_shows_progress_every_update_interval(tmp_path: Path) -> None:
+    out = io.StringIO()
+    _run(tmp_path, ProgressBar(update_interval=5, bar_length=20, out=out))
+    updates = _updates(out.getvalue())
+    assert [int(u["iteration"]) for u in updates] == [5, 10, 15, 20]
+    assert [u["total"] for u in updates] == ["25.00", "50.00", "75.00", "100.00"]
+    assert [u["epoch"] for u in updates] == ["50.00", "100.00", "50.00", "100.00"]
+    assert [u["epochs"] for u in updates] == ["0", "1", "1", "2"]
+    assert {u["length"] for u in updates} == {"2 epochs"}
+    assert updates[0]["total_bar"] == "#" * 5 + "." * 15
+    assert updates[-1]["total_bar"] == "#" * 20
+    assert all(float(u["speed"]) > 0 for u in updates)
+
+
+def test_training_length_in_iterations(tmp_path: Path) -> None:
+    out = io.StringIO()
+    bar = ProgressBar(training_length=(40, "iteration"), update_interval=10, bar_length=20, out=out)
+    _run(tmp_path, bar, epochs=1, iters_per_epoch=20)
+    updates = _updates(out.getvalue())
+    assert [(u["iteration"], u["total"]) for u in updates] == [("10", "25.00"), ("20", "50.00")]
+    assert updates[0]["length"] == "40 iterations"
+
+
+def test_speed_and_time_to_finish_follow_the_iterations(tmp_path: Path) -> None:
+    out = io.StringIO()
+    _run(tmp_path, ProgressBar(update_interval=5, bar_length=20, out=out), sleep=0.01)
+    updates = _updates(out.getvalue())
+    # Every iteration sleeps 10 ms: at most 100 iterations per second.
+    assert all(0 < float(u["speed"]) <= 100 for u in updates)
+    first_eta = [int(part) for part in updates[0]["eta"].split(":")]
+    assert first_eta[0] == first_eta[1] == 0 and first_eta[2] <= 1  # 15 iterations left
+    assert updates[-1]["eta"] == "0:00:00"
+
+
+def test_length_comes_from_an_early_stopping_stop_trigger(tmp_path: Path) -> None:
+    out = io.StringIO()
+    stop = EarlyStoppingTrigger(monitor="loss", patience=100, max_trigger=(3, "epoch"))
+    manager = ExtensionsManager({}, {}, 1, iters_per_epoch=4, out_dir=tmp_path, stop_trigger=stop)
+    manager.extend(LogReport())
+    manager.extend(ProgressBar(update_interval=4, bar_length=20, out=out))
+    while not manager.stop_trigger:
+        with manager.run_iteration():
+            reporting.report({"loss": 1.0})
+    assert [u["length"] for u in _updates(out.getvalue())] == ["3 epochs"] * 3
+
+
+def test_final_state_is_shown_when_the_last_iteration_is_between_updates(
+    tmp_path: Path,
+) -> None:
+    out = io.StringIO()
+    _run(tmp_path, ProgressBar(update_interval=7, bar_length=20, out=out))
+    updates = _updates(out.getvalue())
+    assert [u["iteration"] for u in updates] == ["7", "14", "20"]
+    assert updates[-1]["total"] == "100.00"
+
+
+def test_redraws_in_place_on_a_terminal(tmp_path: Path) -> None:
+    out = _Terminal()
+    _run(tmp_path, ProgressBar(update_interval=10, bar_length=20, out=out))
+    text = out.getvalue()
+    draws = text.split("\x1b[J")[1:]
+    assert len(draws) == 3  # iterations 10 and 20, then the final drawing that stays
+    assert all(draw.endswith("\x1b[4A") for draw in draws[:-1])
+    assert "\x1b[" not in draws[-1]
+    assert _updates(draws[-1])[0]["iteration"] == "20"
+
+
+def test_shares_the_terminal_with_print_report(tmp_path: Path) -> None:
+    out = _Terminal()
+    manager = ExtensionsManager(
+        {}, {}, 2, iters_per_epoch=5, out_dir=tmp_path, extensions=[LogReport()]
+    )
+    manager.extend(ProgressBar(update_interval=5, bar_length=20, out=out))
+    manager.extend(PrintReport(["epoch"], out=out))
+    while not manager.stop_trigger:
+        with manager.run_iteration():
+            pass
+    # The table rows clear the bar (drawn below the cursor) before being printed.
+    assert "\x1b[4A\x1b[Jepoch\n1\n\x1b[J     total" in out.getvalue()
+
+
+def test_default_stream_is_the_current_standard_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(tmp_path, ProgressBar(update_interval=10, bar_length=20), epochs=1)
+    assert [u["iteration"] for u in _updates(capsys.readouterr().out)] == ["10"]
+
+
+def test_needs_a_training_length_without_an_interval_stop_trigger(tmp_path: Path) -> None:
+    manager = ExtensionsManager(
+        {}, {}, 1, iters_per_epoch=2, out_dir=tmp_path, stop_trigger=lambda m: m.iteration > 3
+    )
+    manager.extend(ProgressBar(out=io.StringIO()))
+    with (
+        pytest.raises(ValueError, match=r"pass training_length=\(length, 'epoch' or 'iteration'\)"),
+        manager.run_iteration(),
+    ):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"training_length": (10, "epochs")}, r"training_length must be \(length, 'iteration'"),
+        ({"training_length": (0, "epoch")}, "positive length, got"),
+        ({"training_length": 10}, "got 10"),
+        ({"update_interval": 0}, "update_interval must be a positive integer, got 0"),
+        ({"bar_length": 2.5}, "bar_length must be a positive integer, got 2.5"),
+    ],
+)
+def test_rejects_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ProgressBar(**kwargs)
+
+
+def test_notebook_variant_updates_its_widgets(tmp_path: Path) -> None:
+    bar = ProgressBarNotebook(update_interval=5)
+    _run(tmp_path, bar, epochs=2, iters_per_epoch=10)
+    assert bar.total_bar.value == 1.0
+    assert bar.epoch_bar.value == 1.0
+    assert bar.status.value.startswith("20 iter, 2 epoch / 2 epochs<br>")
+    assert "Estimated time to finish" in bar.status.value
+
+
+@pytest.mark.gpu
+def test_reporting_cuda_tensors_does_not_synchronize_the_device(tmp_path: Path) -> None:
+    model = torch.nn.Linear(32, 1).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 32, device="cuda")
+    manager = ExtensionsManager(
+        model, optimizer, 1, iters_per_epoch=300, out_dir=tmp_path, extensions=[LogReport()]
+    )
+    manager.extend(ProgressBar(update_interval=50, out=io.StringIO()))
+    manager.extend(PrintReport(out=io.StringIO()))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(299):  # the LogReport reads the values at 300, the end of the epoch
+            with manager.run_iteration(step_optimizers=["main"]):
+                loss = model(x).square().mean()
+                reporting.report({"loss": loss})
+                loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    with manager.run_iteration():
+        reporting.report({"loss": torch.zeros((), device="cuda")})
+    assert manager.get_extension("LogReport").log[0]["iteration"] == 300
