@@ -37,12 +37,16 @@ def build(dist: str, out: pathlib.Path) -> pathlib.Path:
     prefix = dist.replace("-", "_") + "-"
     for old in out.glob(prefix + "*.whl"):
         old.unlink()
-    subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(out)],
         cwd=project,
-        check=True,
-        stdout=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    if result.returncode != 0:
+        message = f"building the {dist} wheel failed:\n{result.stdout}{result.stderr}"
+        raise SystemExit(message)
     (wheel,) = out.glob(prefix + "*.whl")
     return wheel
 
