@@ -67,3 +67,29 @@ def test_main_job_writes_log_plots_snapshots_and_resumes_exactly(tmp_path: pathl
         return [{k: v for k, v in e.items() if k != "elapsed_time"} for e in entries]
 
     assert without_time(out / "log") == without_time(fresh / "log")
+
+
+@pytest.mark.slow
+def test_optuna_search_example_runs_a_study_over_the_main_jobs_config(
+    tmp_path: pathlib.Path,
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "config" / "optuna_search.py"),
+            "--trials",
+            "2",
+            "--storage",
+            storage,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    import optuna
+
+    study = optuna.load_study(study_name=None, storage=storage)
+    assert len(study.trials) == 2
+    assert 0.0 < study.best_value <= 1.0
