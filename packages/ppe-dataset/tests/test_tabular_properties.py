@@ -173,7 +173,9 @@ def apply_op(draw: st.DrawFn, op: str, ds: TabularDataset, ref: Reference, names
         else:
             other, other_ref = make_source(draw, names, ref.keys, draw(st.integers(0, 6)))
         columns = {k: np.concatenate([ref.columns[k], other_ref.columns[k]]) for k in ref.keys}
-        return ds.concat(other), Reference(ref.keys, columns, ref.mode)
+        # The mode is the first non-empty table's (an empty transformed table cannot know it).
+        mode = ref.mode if ref.length > 0 or other_ref.length == 0 else other_ref.mode
+        return ds.concat(other), Reference(ref.keys, columns, mode)
     if op == "join":
         new_keys = [names.fresh() for _ in range(draw(st.integers(1, 2)))]
         other, other_ref = make_source(draw, names, new_keys, ref.length)

@@ -12,7 +12,7 @@ from pytorch_pfn_extras.dataset.tabular._tabular_dataset import Mode, TabularDat
 
 
 class Concat(TabularDataset):
-    """The rows of each dataset, one after the other; mode and converter of the first."""
+    """The rows of each dataset, one after the other; mode of the first non-empty one."""
 
     _datasets: tuple[TabularDataset, ...]
 
@@ -49,6 +49,11 @@ class Concat(TabularDataset):
 
     @property
     def mode(self) -> Mode:
+        # The first non-empty dataset's: an empty transformed table cannot know the mode its
+        # function would produce (no example to call it on).
+        for dataset in self._datasets:
+            if len(dataset) > 0:
+                return dataset.mode
         return self._datasets[0].mode
 
     def convert(self, data: Any) -> Any:
