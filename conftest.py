@@ -24,3 +24,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+def _register_hypothesis_profiles() -> None:
+    # CI runs the property tests derandomized (the same examples every run, so a red CI is
+    # reproducible); developers get fresh random examples by default.
+    if importlib.util.find_spec("hypothesis") is None:
+        return
+    import os
+
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, print_blob=True)
+    if os.environ.get("CI"):
+        settings.load_profile("ci")
+
+
+_register_hypothesis_profiles()

@@ -7,7 +7,7 @@ bash scripts/bootstrap.sh
 V=.venv/bin
 SCRATCH=$(mktemp -d)
 trap 'rm -rf "$SCRATCH"' EXIT
-export MPLBACKEND=Agg
+export MPLBACKEND=Agg NO_MKDOCS_2_WARNING=1
 
 step() {
   local name=$1; shift
