@@ -342,19 +342,7 @@ def test_bad_savefun_and_task_are_rejected(writer_class: type[Writer], tmp_path:
             writer_class(task=3)  # type: ignore[call-arg]
 
 
-@pytest.mark.parametrize(
-    "writer_name",
-    [
-        "ThreadQueueWriter",
-        pytest.param(
-            "ProcessQueueWriter",
-            marks=pytest.mark.skip(
-                reason="known bug: the at-exit drain of ProcessQueueWriter hung once in ~4 CI "
-                "runs (120 s timeout); to be fixed before this test is re-enabled"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("writer_name", ["ThreadQueueWriter", "ProcessQueueWriter"])
 def test_pending_queue_writes_are_drained_at_interpreter_exit(
     tmp_path: Path, writer_name: str
 ) -> None:
@@ -371,6 +359,39 @@ def test_pending_queue_writes_are_drained_at_interpreter_exit(
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     for i in range(3):
         assert torch.equal(torch.load(tmp_path / f"{writer_name}_{i}"), torch.full((2,), i))
+
+
+@pytest.mark.parametrize("process_writer", ["ProcessWriter", "ProcessQueueWriter"])
+def test_process_writers_never_fork_while_a_thread_writer_is_inside_an_import(
+    tmp_path: Path, process_writer: str
+) -> None:
+    # The thread writer's savefun imports a module whose body takes a second: a child
+    # forked meanwhile would inherit that module's import lock, held by a thread that does
+    # not exist in the child, and hang on its own import of the module.
+    (tmp_path / "ppe_slow_import.py").write_text("import time\ntime.sleep(1.0)\n")
+    out = tmp_path / "out"
+    script = textwrap.dedent(
+        f"""
+        import sys, time, torch
+        sys.path.insert(0, {str(tmp_path)!r})
+        from pytorch_pfn_extras.writing import ThreadQueueWriter, {process_writer}
+
+        def save_after_import(target, fileobj):
+            import ppe_slow_import
+            torch.save(target, fileobj)
+
+        threads = ThreadQueueWriter(savefun=save_after_import)
+        threads("by_thread", {str(out)!r}, torch.zeros(1))
+        time.sleep(0.3)  # the consumer thread is now inside the slow import
+        processes = {process_writer}(savefun=save_after_import, mp_context="fork")
+        processes("by_process", {str(out)!r}, torch.ones(1))
+        processes.finalize()
+        threads.finalize()
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert torch.equal(torch.load(out / "by_thread"), torch.zeros(1))
+    assert torch.equal(torch.load(out / "by_process"), torch.ones(1))
 
 
 def test_forked_workers_do_not_deadlock_after_the_parent_used_threads(tmp_path: Path) -> None:

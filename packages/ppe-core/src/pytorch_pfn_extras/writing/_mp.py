@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import threading
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -17,6 +18,7 @@ from pytorch_pfn_extras.writing._snapshot import PackedTarget, unpack
 
 __all__ = [
     "MPContext",
+    "fork_guard",
     "resolve_context",
     "single_threaded_worker",
     "start_process",
@@ -24,6 +26,15 @@ __all__ = [
 ]
 
 MPContext = str | BaseContext | None
+
+fork_guard = threading.RLock()
+"""Held by thread writers while they write and by process writers while they start a process.
+
+A child forked while another thread is inside an import (``torch.save`` imports lazily)
+inherits that module's import lock, held by a thread that does not exist in the child: the
+child deadlocks on its first import of the module. Forking only between thread writes avoids
+that for every writer of this package.
+"""
 
 
 def resolve_context(mp_context: MPContext, owner: str) -> BaseContext:
@@ -50,7 +61,8 @@ def resolve_context(mp_context: MPContext, owner: str) -> BaseContext:
 def start_process(process: BaseProcess, context: BaseContext, owner: str, what: str) -> None:
     """Start ``process``, turning a pickling failure (spawn) into a clear TypeError."""
     try:
-        process.start()
+        with fork_guard:
+            process.start()
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
         message = (
             f"{owner}: the {what} must be picklable to be sent to a writer process "

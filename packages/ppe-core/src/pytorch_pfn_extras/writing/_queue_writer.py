@@ -25,6 +25,7 @@ from pytorch_pfn_extras.writing._errors import (
 from pytorch_pfn_extras.writing._fs import FileSystem
 from pytorch_pfn_extras.writing._mp import (
     MPContext,
+    fork_guard,
     resolve_context,
     single_threaded_worker,
     start_process,
@@ -207,7 +208,8 @@ class ThreadQueueWriter(QueueWriter):
                 return
             path, filename, out_dir, target, savefun, append = item
             try:
-                self._task(filename, out_dir, target, savefun=savefun, append=append)
+                with fork_guard:
+                    self._task(filename, out_dir, target, savefun=savefun, append=append)
             except BaseException as exc:
                 self._done(path, exc)
             else:

@@ -11,7 +11,13 @@ import torch
 
 from pytorch_pfn_extras.writing._errors import Failures, add_note, decode_exception
 from pytorch_pfn_extras.writing._fs import FileSystem
-from pytorch_pfn_extras.writing._mp import MPContext, resolve_context, start_process, write_packed
+from pytorch_pfn_extras.writing._mp import (
+    MPContext,
+    fork_guard,
+    resolve_context,
+    start_process,
+    write_packed,
+)
 from pytorch_pfn_extras.writing._snapshot import pack, snapshot
 from pytorch_pfn_extras.writing._writer_base import SaveFun, Writer, check_savefun
 
@@ -122,7 +128,8 @@ class _ThreadJob(_Job):
     ) -> None:
         try:
             directory, name = os.path.split(path)
-            writer.save(name, directory, target, savefun, append, **writer._kwds)
+            with fork_guard:
+                writer.save(name, directory, target, savefun, append, **writer._kwds)
         except BaseException as exc:
             add_note(exc, f"raised by ThreadWriter while writing {path!r}")
             self._failure = exc
