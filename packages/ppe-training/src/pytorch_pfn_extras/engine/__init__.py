@@ -1,5 +1,17 @@
-"""High-level trainer and evaluator built on handlers and runtimes."""
+"""The trainer and evaluator engines: ``create_trainer`` and ``create_evaluator``."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from pytorch_pfn_extras.engine._engine import (
+    create_evaluator,
+    create_trainer,
+    filter_state_objects,
+    filter_state_objects_dict,
+)
+
+__all__ = [
+    "create_evaluator",
+    "create_trainer",
+    "filter_state_objects",
+    "filter_state_objects_dict",
+]

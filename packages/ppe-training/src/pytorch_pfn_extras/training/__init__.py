@@ -5,9 +5,11 @@ from __future__ import annotations
 from pytorch_pfn_extras.training import (
     extension,
     extensions,
+    metrics,
     trigger,
     triggers,
 )
+from pytorch_pfn_extras.training._evaluator import Evaluator
 from pytorch_pfn_extras.training._extension import (
     PRIORITY_EDITOR,
     PRIORITY_READER,
@@ -20,6 +22,8 @@ from pytorch_pfn_extras.training._extension import (
 from pytorch_pfn_extras.training._ignite_manager import IgniteExtensionsManager
 from pytorch_pfn_extras.training._manager import ExtensionsManager
 from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+from pytorch_pfn_extras.training._metrics import AccuracyMetric
+from pytorch_pfn_extras.training._trainer import Trainer
 from pytorch_pfn_extras.training._trigger_util import (
     Trigger,
     get_trigger,
@@ -27,6 +31,8 @@ from pytorch_pfn_extras.training._trigger_util import (
 from pytorch_pfn_extras.training._version import __version__
 
 __all__ = [
+    "AccuracyMetric",
+    "Evaluator",
     "PRIORITY_EDITOR",
     "PRIORITY_READER",
     "PRIORITY_SNAPSHOT",
@@ -36,12 +42,14 @@ __all__ = [
     "ExtensionsManager",
     "ExtensionsManagerProtocol",
     "IgniteExtensionsManager",
+    "Trainer",
     "Trigger",
     "__version__",
     "extension",
     "extensions",
     "get_trigger",
     "make_extension",
+    "metrics",
     "trigger",
     "triggers",
 ]

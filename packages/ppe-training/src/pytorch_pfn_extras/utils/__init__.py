@@ -2,4 +2,6 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from pytorch_pfn_extras.utils import checkpoint
+
+__all__ = ["checkpoint"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pytorch_pfn_extras.training._extension import Extension
+from pytorch_pfn_extras.training.extensions._evaluator import Evaluator, IgniteEvaluator
 from pytorch_pfn_extras.training.extensions._log_report import LogReport
 from pytorch_pfn_extras.training.extensions._plot_report import PlotReport
 from pytorch_pfn_extras.training.extensions._print_report import (
@@ -23,7 +24,9 @@ from pytorch_pfn_extras.training.extensions._value_observation import (
 )
 
 __all__ = [
+    "Evaluator",
     "Extension",
+    "IgniteEvaluator",
     "LogReport",
     "PlotReport",
     "PrintReport",

@@ -1,0 +1,62 @@
+"""Metrics for the evaluator engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+class AccuracyMetric:
+    """Classification accuracy of a batch, reported as ``val/accuracy``.
+
+    Pass it to :func:`pytorch_pfn_extras.engine.create_evaluator` (``metrics=[...]``). The
+    output may hold class scores (one more dimension than the labels: the class is the
+    argmax over dimension 1) or predicted labels (the labels' shape). The value stays a
+    tensor (no device synchronisation); the evaluator averages it over the whole validation
+    set, weighted by batch size, which gives the exact overall accuracy.
+
+    Args:
+        label_key: The batch entry holding the labels.
+        output_key: The model output holding the scores or predicted labels.
+
+    Example:
+        >>> evaluator = ppe.engine.create_evaluator(
+        ...     model, metrics=[ppe.training.metrics.AccuracyMetric("t", "y")])
+    """
+
+    def __init__(self, label_key: str, output_key: str) -> None:
+        self.label_key = label_key
+        self.output_key = output_key
+
+    def __call__(self, batch: Any, out: Any) -> dict[str, torch.Tensor]:
+        """Return ``{"val/accuracy": fraction of correct predictions in the batch}``.
+
+        Raises:
+            KeyError: The batch or the outputs lack the configured key.
+            ValueError: The shapes of the outputs and labels do not fit.
+        """
+        labels = _entry(batch, self.label_key, "batch", "label_key")
+        pred = _entry(out, self.output_key, "outputs", "output_key")
+        if pred.dim() == labels.dim() + 1:
+            pred = pred.argmax(dim=1)
+        if pred.shape != labels.shape:
+            message = (
+                f"AccuracyMetric: outputs[{self.output_key!r}] of shape {tuple(pred.shape)} do "
+                f"not match the labels batch[{self.label_key!r}] of shape {tuple(labels.shape)}"
+            )
+            raise ValueError(message)
+        return {"val/accuracy": (pred == labels).float().mean()}
+
+
+def _entry(container: Any, key: str, what: str, argument: str) -> torch.Tensor:
+    if not isinstance(container, Mapping) or key not in container:
+        keys = list(container) if isinstance(container, Mapping) else type(container).__name__
+        message = f"AccuracyMetric({argument}={key!r}): the {what} have no such entry ({keys})"
+        raise KeyError(message)
+    value = container[key]
+    if not isinstance(value, torch.Tensor):
+        message = f"AccuracyMetric: {what}[{key!r}] must be a tensor, got {type(value).__name__}"
+        raise TypeError(message)
+    return value

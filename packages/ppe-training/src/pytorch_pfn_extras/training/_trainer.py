@@ -1,0 +1,416 @@
+"""The trainer engine: the training loop of a handler, on an extensions manager."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from pytorch_pfn_extras.training._evaluator import Evaluator, sized_length
+from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, ExtensionLike
+from pytorch_pfn_extras.training._manager import ExtensionsManager
+from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
+from pytorch_pfn_extras.training._trigger_util import TriggerLike
+
+EvaluatorsLike = (
+    Evaluator
+    | tuple[Evaluator, TriggerLike]
+    | Mapping[str, "Evaluator | tuple[Evaluator, TriggerLike]"]
+    | None
+)
+
+
+def _rng_state(loader: Any) -> dict[str, Any]:
+    """Every random state a data pipeline may draw from, in a ``weights_only``-safe form."""
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, cached],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    generator = getattr(loader, "generator", None)
+    if isinstance(generator, torch.Generator):
+        state["loader_generator"] = generator.get_state()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any], loader: Any) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    generator = getattr(loader, "generator", None)
+    if "loader_generator" in state and isinstance(generator, torch.Generator):
+        generator.set_state(state["loader_generator"])
+
+
+class _EvaluatorExtension:
+    """Runs one of the trainer's evaluators as an extension of its manager."""
+
+    priority = PRIORITY_WRITER
+    needs_model_state = True
+
+    def __init__(self, trainer: Trainer, name: str, evaluator: Evaluator) -> None:
+        self._trainer = trainer
+        self._name = name
+        self._evaluator = evaluator
+
+    def __call__(self, manager: Any) -> None:
+        trainer, evaluator = self._trainer, self._evaluator
+        loader, eval_len = trainer._validation_data(self._name)
+        trainer.handler.train_validation_begin(trainer, evaluator)
+        try:
+            evaluator.run(loader, eval_len=eval_len)
+        finally:
+            trainer.handler.train_validation_end(trainer, evaluator)
+
+
+class _TrainerManager(ExtensionsManager):
+    """The trainer's manager: its state also holds the trainer's position in the epoch."""
+
+    def __init__(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, iters_per_epoch=1, **kwargs)
+        self._trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["trainer"] = self._trainer._position_state()
+        return state
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        super().load_state_dict(to_load)
+        self._trainer._load_position_state(to_load.get("trainer"))
+
+
+def _evaluator_entries(evaluator: EvaluatorsLike) -> dict[str, tuple[Evaluator, TriggerLike]]:
+    if evaluator is None:
+        return {}
+    if isinstance(evaluator, Mapping):
+        items = list(evaluator.items())
+    else:
+        items = [("Evaluator", evaluator)]
+    entries: dict[str, tuple[Evaluator, TriggerLike]] = {}
+    for name, value in items:
+        trigger: TriggerLike = (1, "epoch")
+        if isinstance(value, tuple):
+            if len(value) != 2:
+                message = f"evaluator {name!r} must be an Evaluator or an (Evaluator, trigger) pair, got {value!r}"
+                raise TypeError(message)
+            value, trigger = value
+        if not isinstance(value, Evaluator):
+            message = (
+                f"evaluator {name!r} must be an Evaluator (made by ppe.engine.create_evaluator), "
+                f"got {type(value).__name__}"
+            )
+            raise TypeError(message)
+        entries[str(name)] = (value, trigger)
+    return entries
+
+
+class Trainer:
+    """Runs a handler's training steps on an extensions manager, and its evaluators.
+
+    Create it with :func:`pytorch_pfn_extras.engine.create_trainer`. :meth:`run` trains
+    until the stop trigger fires: one manager iteration per batch, the evaluators at their
+    triggers (after the iteration's step, before the extensions that read the results),
+    and the extensions as with :class:`~pytorch_pfn_extras.training.ExtensionsManager`.
+
+    The manager's state (what ``snapshot()`` saves and :meth:`state_dict` returns) also
+    holds the trainer's position: the random states at the start of the current epoch and
+    at the time of saving. A run resumed from a snapshot taken in the middle of an epoch
+    re-creates that epoch's order of batches (a shuffling ``DataLoader`` draws the same
+    permutation), skips the batches already trained on, and continues with the random
+    state of the moment of the snapshot: it ends with the weights of an uninterrupted run.
+
+    Args:
+        handler: The handler that runs the steps.
+        evaluator: An evaluator, an ``(evaluator, trigger)`` pair, a dict of them by name,
+            or ``None``. The default trigger is ``(1, 'epoch')``.
+        models: A module, or a mapping of names to modules.
+        profile: A ``torch.profiler.profile`` stepped after every iteration.
+        **kwargs: Arguments of :class:`~pytorch_pfn_extras.training.ExtensionsManager`
+            (``optimizers``, ``max_epochs``, ``extensions``, ``out_dir``, ``stop_trigger``,
+            ``writer``, ``transform_model``, ``state_objects``...), except
+            ``iters_per_epoch``, which :meth:`run` takes from the loader.
+    """
+
+    def __init__(
+        self,
+        handler: Any,
+        *,
+        evaluator: EvaluatorsLike,
+        models: ModelsLike,
+        profile: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if "iters_per_epoch" in kwargs:
+            message = "the trainer takes iters_per_epoch from the loader (or run(train_len=)); do not pass it"
+            raise TypeError(message)
+        self.handler = handler
+        self._models: dict[str, torch.nn.Module] = as_dict(models, "models", torch.nn.Module)
+        self._evaluators = _evaluator_entries(evaluator)
+        self._profile = profile
+        self._manager = _TrainerManager(self, self._models, **kwargs)
+        for name, (evaluator_object, trigger) in self._evaluators.items():
+            self._manager.extend(
+                _EvaluatorExtension(self, name, evaluator_object), name=name, trigger=trigger
+            )
+        self._train_len: int | None = None
+        self._val_loaders: dict[str, Any] = {}
+        self._eval_len: int | None = None
+        self._loader: Any = None
+        self._epoch_rng: dict[str, Any] | None = None
+        self._resume: Mapping[str, Any] | None = None
+        self._batch: Any = None
+        self._completed = False
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def manager(self) -> ExtensionsManager:
+        """The extensions manager that runs the extensions and holds the training state."""
+        return self._manager
+
+    @property
+    def models(self) -> dict[str, torch.nn.Module]:
+        """The models by name, as given (the logic trains these)."""
+        return self._models
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers by name."""
+        return self._manager.optimizers
+
+    @property
+    def evaluators(self) -> dict[str, tuple[Evaluator, TriggerLike]]:
+        """The evaluators and their triggers, by name."""
+        return dict(self._evaluators)
+
+    @property
+    def epoch(self) -> int:
+        """Number of completed epochs."""
+        return self._manager.epoch
+
+    @property
+    def epoch_detail(self) -> float:
+        """Completed epochs, fractional."""
+        return self._manager.epoch_detail
+
+    @property
+    def iteration(self) -> int:
+        """Number of completed iterations."""
+        return self._manager.iteration
+
+    @property
+    def train_len(self) -> int | None:
+        """Iterations per epoch of the current run (``None`` before :meth:`run`)."""
+        return self._train_len
+
+    def get_optimizer(self, name: str) -> torch.optim.Optimizer:
+        """Return the optimizer named ``name``."""
+        return self._manager.optimizers[name]
+
+    def set_optimizer(self, name: str, optimizer: torch.optim.Optimizer) -> None:
+        """Replace (or add) the optimizer named ``name``."""
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            message = f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            raise TypeError(message)
+        self._manager.optimizers[name] = optimizer
+
+    def is_epoch_last_iter(self, idx: int) -> bool:
+        """Whether the batch index ``idx`` is the last of the epoch."""
+        return self._train_len is not None and idx == self._train_len - 1
+
+    def extend(
+        self,
+        extension: ExtensionLike,
+        name: str | None = None,
+        trigger: TriggerLike = None,
+        priority: int | None = None,
+        *,
+        call_before_training: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Register an extension with the manager (see ``ExtensionsManager.extend``).
+
+        Raises:
+            TypeError: An unknown keyword argument.
+        """
+        if kwargs:
+            message = f"extend() got unexpected keyword arguments {sorted(kwargs)}"
+            raise TypeError(message)
+        self._manager.extend(
+            extension,
+            name=name,
+            trigger=trigger,
+            priority=priority,
+            call_before_training=call_before_training,
+        )
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the training state (the manager's, with the trainer's position)."""
+        return self._manager.state_dict()
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`state_dict` (or saved by ``snapshot()``)."""
+        self._manager.load_state_dict(to_load)
+
+    def _position_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"rng": _rng_state(self._loader)}
+        if self._epoch_rng is not None:
+            state["epoch_rng"] = self._epoch_rng
+        return state
+
+    def _load_position_state(self, state: Mapping[str, Any] | None) -> None:
+        self._resume = state
+
+    # ------------------------------------------------------------------ running
+
+    def _validation_data(self, name: str) -> tuple[Any, int | None]:
+        return self._val_loaders[name], self._eval_len
+
+    def _check_loaders(self, val_loader: Any) -> None:
+        if not self._evaluators:
+            if val_loader is not None:
+                message = "val_loader is given but the trainer has no evaluator; it is not used"
+                warnings.warn(message, UserWarning, stacklevel=3)
+            return
+        names = sorted(self._evaluators)
+        if val_loader is None:
+            message = (
+                f"the trainer has evaluator(s) {names} with a trigger but run() got no "
+                "val_loader; pass run(train_loader, val_loader)"
+            )
+            raise ValueError(message)
+        if isinstance(val_loader, Mapping) and set(val_loader) == set(names):
+            self._val_loaders = dict(val_loader)
+        else:
+            self._val_loaders = dict.fromkeys(names, val_loader)
+
+    def run(
+        self,
+        train_loader: Iterable[Any],
+        val_loader: Any = None,
+        *,
+        train_len: int | None = None,
+        eval_len: int | None = None,
+    ) -> None:
+        """Train until the stop trigger fires (a finished or resumed-finished run does nothing).
+
+        Args:
+            train_loader: The training data: a DataLoader or any iterable of batches.
+            val_loader: The validation data of the evaluators (one loader, or a dict by
+                evaluator name).
+            train_len: Iterations per epoch; required when ``train_loader`` has no ``len()``.
+                When the loader runs out before, it is iterated again.
+            eval_len: Batches per evaluation; the whole validation loader by default.
+
+        Raises:
+            ValueError: ``train_len`` is needed and missing, or differs from the length of
+                a run that already started; evaluators without ``val_loader``.
+            RuntimeError: A model was not moved with ``ppe.to``.
+        """
+        length = sized_length(train_loader, train_len, "train_len")
+        if length is None:
+            message = (
+                f"the training loader ({type(train_loader).__name__}) has no len(); pass the "
+                "number of iterations per epoch: trainer.run(loader, train_len=N)"
+            )
+            raise ValueError(message)
+        if length == 0:
+            message = "the training loader is empty (len() == 0); nothing to train on"
+            raise ValueError(message)
+        manager = self._manager
+        if manager._started and length != manager.iters_per_epoch:
+            message = (
+                f"train_len {length} differs from the {manager.iters_per_epoch} iterations per "
+                "epoch of the run already started"
+            )
+            raise ValueError(message)
+        self._check_loaders(val_loader)
+        self._eval_len = eval_len
+        self._train_len = length
+        manager._iters_per_epoch = length
+        self._loader = train_loader
+        self.handler.train_setup(self, train_loader)
+        try:
+            while not manager.stop_trigger:
+                self._run_epoch(train_loader, length)
+        except BaseException as error:
+            if not manager._failed and not manager._finalized:
+                manager._fail_iteration(error, error.__traceback__)
+            raise
+        self.handler.train_cleanup(self)
+
+    def _epoch_iterator(self, loader: Iterable[Any], position: int) -> Iterator[Any]:
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            # At an epoch boundary, the state saved with the snapshot is the one the next
+            # epoch starts from; in the middle of an epoch, the epoch is replayed from its
+            # start (the same shuffle) up to the snapshot, whose state is restored after.
+            start = resume.get("epoch_rng") if position else resume["rng"]
+            if start is not None:
+                _set_rng_state(start, loader)
+        self._epoch_rng = _rng_state(loader)
+        iterator = iter(loader)
+        for _ in range(position):  # skip the batches trained on before the snapshot
+            try:
+                next(iterator)
+            except StopIteration:
+                iterator = iter(loader)
+        if position and resume is not None:
+            _set_rng_state(resume["rng"], loader)
+        return iterator
+
+    def _complete_step(self, batch_idx: int, outputs: Any) -> None:
+        self._completed = True
+        self.handler.train_post_step(self, batch_idx, self._batch, outputs)
+
+    def _run_epoch(self, loader: Iterable[Any], length: int) -> None:
+        manager = self._manager
+        handler = self.handler
+        profile = self._profile
+        position = manager.iteration % length
+        handler.train_epoch_begin(self, loader)
+        iterator = self._epoch_iterator(loader, position)
+        try:
+            for batch_idx in range(position, length):
+                if batch_idx != position and manager.stop_trigger:
+                    break  # an iteration-based stop trigger fired in the middle of the epoch
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    iterator = iter(loader)
+                    batch = next(iterator, _EMPTY)
+                    if batch is _EMPTY:
+                        message = "the training loader yielded no batch"
+                        raise RuntimeError(message) from None
+                self._batch = batch
+                self._completed = False
+                with manager.run_iteration():
+                    handler.train_step(self, batch_idx, batch, self._complete_step)
+                    if not self._completed:
+                        message = (
+                            f"{type(handler).__name__}.train_step() returned without calling "
+                            f"complete_fn for batch {batch_idx}"
+                        )
+                        raise RuntimeError(message)
+                if profile is not None:
+                    profile.step()
+        finally:
+            self._batch = None
+        handler.train_epoch_end(self)
+
+
+_EMPTY = object()
