@@ -41,7 +41,9 @@ def make_data(n: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     return [{"x": x[i], "t": t[i]} for i in range(n)]
 
 
-def loader(data: list[Any], batch_size: int = 4, shuffle: bool = False) -> torch.utils.data.DataLoader[Any]:
+def loader(
+    data: list[Any], batch_size: int = 4, shuffle: bool = False
+) -> torch.utils.data.DataLoader[Any]:
     return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=shuffle)
 
 
@@ -62,7 +64,9 @@ def make_trainer(
     return trainer
 
 
-def test_trainer_at_a_glance_runs_as_written(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trainer_at_a_glance_runs_as_written(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The reference docs' first example, verbatim but for the device (CPU here).
     monkeypatch.chdir(tmp_path)
     warnings.filterwarnings("ignore", message="This DataLoader will create")  # 8 workers, 2 cores
@@ -179,10 +183,10 @@ def test_trainer_equals_hand_written_loop_bit_for_bit(tmp_path: Any, with_evalua
     torch.manual_seed(1)
     evaluator = ppe.engine.create_evaluator(model) if with_evaluator else None
     log_report = extensions.LogReport()
-    trainer = make_trainer(model, tmp_path, max_epochs=3, evaluator=evaluator, extensions=[log_report])
-    trainer.run(
-        loader(data, 4, shuffle=True), loader(val, 4) if with_evaluator else None
+    trainer = make_trainer(
+        model, tmp_path, max_epochs=3, evaluator=evaluator, extensions=[log_report]
     )
+    trainer.run(loader(data, 4, shuffle=True), loader(val, 4) if with_evaluator else None)
 
     assert model.losses == losses
     for name, value in reference.state_dict().items():
@@ -200,7 +204,9 @@ def test_evaluation_is_in_eval_mode_without_grad_and_averaged_over_samples(tmp_p
         model, metrics=[ppe.training.metrics.AccuracyMetric("t", "y")]
     )
     log_report = extensions.LogReport()
-    trainer = make_trainer(model, tmp_path, max_epochs=1, evaluator=evaluator, extensions=[log_report])
+    trainer = make_trainer(
+        model, tmp_path, max_epochs=1, evaluator=evaluator, extensions=[log_report]
+    )
     modes: list[bool] = []
     model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
     trainer.run(loader(make_data(8)), loader(val))
@@ -289,7 +295,9 @@ def test_profile_is_stepped_every_iteration(tmp_path: Any) -> None:
     trainer_profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     eval_profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     evaluator = ppe.engine.create_evaluator(model, profile=eval_profile)
-    trainer = make_trainer(model, tmp_path, max_epochs=2, evaluator=evaluator, profile=trainer_profile)
+    trainer = make_trainer(
+        model, tmp_path, max_epochs=2, evaluator=evaluator, profile=trainer_profile
+    )
     with trainer_profile, eval_profile:
         trainer.run(loader(make_data(12)), loader(make_data(8)))
     assert trainer_profile.step_num == 6
@@ -323,7 +331,9 @@ def test_mistakes_are_explained(tmp_path: Any) -> None:
     model = Classifier()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['bogus'\]"):
-        ppe.engine.create_trainer(model, optimizer, 1, options={"bogus": 1, "backward_outputs": ["loss"]})
+        ppe.engine.create_trainer(
+            model, optimizer, 1, options={"bogus": 1, "backward_outputs": ["loss"]}
+        )
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['train_report_key'\]"):
         ppe.engine.create_evaluator(model, options={"train_report_key": ["loss"]})
     with pytest.raises(ValueError, match=r"model 'main' but the models are \['gen'\]"):
@@ -332,7 +342,9 @@ def test_mistakes_are_explained(tmp_path: Any) -> None:
         ppe.engine.create_trainer(model, {"opt": optimizer}, 1)
 
     unmoved = ppe.engine.create_trainer(Classifier(), optimizer, 1, out_dir=str(tmp_path))
-    with pytest.raises(RuntimeError, match=r"model 'main' \(Classifier\) was not moved with ppe.to"):
+    with pytest.raises(
+        RuntimeError, match=r"model 'main' \(Classifier\) was not moved with ppe.to"
+    ):
         unmoved.run(loader(make_data(4)))
 
     evaluated = make_trainer(model, tmp_path, evaluator=ppe.engine.create_evaluator(model))
@@ -341,7 +353,9 @@ def test_mistakes_are_explained(tmp_path: Any) -> None:
 
     with pytest.warns(UserWarning, match="CUDA is not available"):
         cuda_scaler = torch.amp.GradScaler("cuda")
-    with pytest.raises(ValueError, match=r"created for device type 'cuda' but the model is on 'cpu'"):
+    with pytest.raises(
+        ValueError, match=r"created for device type 'cuda' but the model is on 'cpu'"
+    ):
         ppe.engine.create_trainer(model, optimizer, 1, options={"grad_scaler": cuda_scaler})
 
     with pytest.raises(TypeError, match="must be an Evaluator"):
