@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -10,9 +11,11 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import pytorch_pfn_extras as ppe
 from pytorch_pfn_extras.training import extensions
+from pytorch_pfn_extras.training.triggers import ManualScheduleTrigger
 
 
 class Classifier(torch.nn.Module):
@@ -425,3 +428,53 @@ def test_trainer_snapshots_autoload_retain_and_fall_back(tmp_path: Any) -> None:
         _, fallback = build()
         fallback.run(loader(make_data(8)))
     assert fallback.iteration == 6
+
+
+class ScalarReads(TorchDispatchMode):
+    """Records device-to-host scalar reads (``.item()``, ``float(t)``: the CUDA sync points)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if "_local_scalar_dense" in str(func):
+            self.reads.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_trainer_iterations_read_no_scalar_from_tensors(tmp_path: Any) -> None:
+    # The CPU stand-in for the gpu-marked sync test: between the first and the last iteration
+    # of the epoch (whose end runs LogReport's summary), nothing calls .item() or float().
+    model = Classifier()
+    recorder = ScalarReads()
+    out = io.StringIO()
+    trainer = make_trainer(
+        model,
+        tmp_path,
+        max_epochs=1,
+        options={"train_report_keys": ["loss"]},
+        extensions=[
+            extensions.LogReport(),
+            extensions.ProgressBar(update_interval=1000, out=out),
+            extensions.PrintReport(out=out),
+        ],
+        evaluator=ppe.engine.create_evaluator(
+            model, metrics=[ppe.training.metrics.AccuracyMetric("t", "y")]
+        ),
+    )
+    trainer.extend(
+        lambda m: recorder.__enter__(),
+        name="arm",
+        trigger=ManualScheduleTrigger([1], "iteration"),
+        priority=-10_000,
+    )
+    trainer.extend(
+        lambda m: recorder.__exit__(None, None, None),
+        name="disarm",
+        trigger=(1, "epoch"),
+        priority=10_000,
+    )
+    trainer.run(loader(make_data(40)), loader(make_data(8)))
+    assert trainer.iteration == 10
+    assert recorder.reads == []
