@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from pytorch_pfn_extras.utils import checkpoint
+from pytorch_pfn_extras.utils import checkpoint, comparer
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "comparer"]
