@@ -1,8 +1,10 @@
-"""The size of a batch, as evaluators need it to weight per-batch means."""
+"""Batch sizes and weighted observations: evaluators average per-batch means by sample."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,3 +46,32 @@ def batch_size_of(batch: object) -> int | None:
         if size is not None:
             return size
     return None
+
+
+def _is_scalar(value: Any) -> bool:
+    """Whether DictSummary averages ``value`` (so that it can take a weight)."""
+    if isinstance(value, torch.Tensor):
+        return value.dim() == 0
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0
+    return isinstance(value, numbers.Real) or (callable(value) and not isinstance(value, type))
+
+
+def weighted(observation: Mapping[str, Any], weight: int | None) -> Mapping[str, Any]:
+    """Return the observation with each scalar weighted by ``weight`` (the batch size).
+
+    ``(value, weight)`` pairs reported by the user keep their weight; other values pass
+    unchanged (DictSummary skips what it cannot average).
+
+    Args:
+        observation: The values reported during one step.
+        weight: The batch size; ``None`` or 1 leaves the observation as it is.
+
+    Returns:
+        What to pass to ``DictSummary.add``.
+    """
+    if weight is None or weight == 1:
+        return observation
+    return {
+        key: (value, weight) if _is_scalar(value) else value for key, value in observation.items()
+    }

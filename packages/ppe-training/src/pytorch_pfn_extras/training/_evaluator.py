@@ -9,7 +9,7 @@ from typing import Any, TextIO
 import torch
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.training._batch import batch_size_of
+from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
 
 MetricFn = Callable[[Any, Any], Any]
@@ -197,13 +197,7 @@ class Evaluator:
                 )
                 raise RuntimeError(message)
             if observation:
-                weight = batch_size_of(batch) or 1
-                summary.add(
-                    {
-                        key: value if isinstance(value, tuple) else (value, weight)
-                        for key, value in observation.items()
-                    }
-                )
+                summary.add(weighted(observation, batch_size_of(batch)))
             batch_idx += 1
             if progress is not None:
                 progress.update(batch_idx)

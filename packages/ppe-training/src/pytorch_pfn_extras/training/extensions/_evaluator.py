@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-import numpy as np
 import torch
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.training._batch import batch_size_of
+from pytorch_pfn_extras.runtime._batch import call_with_batch
+from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.training.extensions._progress_bar import _bar
@@ -161,36 +160,6 @@ def _with_last(iterable: Iterable[_T]) -> Iterator[tuple[_T, bool]]:
         yield current, False
         current = following
     yield current, True
-
-
-def _call_with_batch(fn: Callable[..., Any], batch: Any) -> Any:
-    if isinstance(batch, Mapping):
-        return fn(**batch)
-    if isinstance(batch, (tuple, list)):
-        return fn(*batch)
-    return fn(batch)
-
-
-def _is_scalar(value: Any) -> bool:
-    """Whether DictSummary averages ``value`` (so that it can take a weight)."""
-    if isinstance(value, torch.Tensor):
-        return value.dim() == 0
-    if isinstance(value, np.ndarray):
-        return value.ndim == 0
-    return isinstance(value, numbers.Real) or (callable(value) and not isinstance(value, type))
-
-
-def _weighted(observation: Mapping[str, Any], weight: int | None) -> Mapping[str, Any]:
-    """The observation with each scalar weighted by the batch size.
-
-    ``(value, weight)`` pairs reported by the user keep their weight; other values pass
-    unchanged (DictSummary skips what it cannot average).
-    """
-    if weight is None or weight == 1:
-        return observation
-    return {
-        key: (value, weight) if _is_scalar(value) else value for key, value in observation.items()
-    }
 
 
 @contextlib.contextmanager
@@ -410,10 +379,10 @@ class Evaluator(Extension):
                     status.is_last = is_last
                     observation: dict[str, Any] = {}
                     with reporting.report_scope(observation):
-                        outputs = _call_with_batch(self.eval_func, batch)
+                        outputs = call_with_batch(self.eval_func, batch)
                         for metric_fn in self._metrics:
                             _run_metric(metric_fn, batch, outputs, is_last)
-                    summary.add(_weighted(observation, batch_size_of(batch)))
+                    summary.add(weighted(observation, batch_size_of(batch)))
                     status.current_position += 1
                     if progress is not None:
                         progress.update()
@@ -547,7 +516,7 @@ class IgniteEvaluator(Evaluator):
         with run.scope:  # closes the iteration's observation scope
             for metric_fn in self._metrics:
                 _run_metric(metric_fn, state.batch, state.output, is_last)
-        run.summary.add(_weighted(run.observation, batch_size_of(state.batch)))
+        run.summary.add(weighted(run.observation, batch_size_of(state.batch)))
         run.status.current_position += 1
         if run.progress is not None:
             run.progress.update()
