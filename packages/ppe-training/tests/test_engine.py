@@ -478,3 +478,26 @@ def test_trainer_iterations_read_no_scalar_from_tensors(tmp_path: Any) -> None:
     trainer.run(loader(make_data(40)), loader(make_data(8)))
     assert trainer.iteration == 10
     assert recorder.reads == []
+
+
+def test_a_failing_loader_calls_on_error_and_finalizes_the_extensions(tmp_path: Any) -> None:
+    events: list[str] = []
+
+    class Watcher(ppe.training.Extension):
+        def __call__(self, manager: Any) -> None:
+            events.append(f"iteration {manager.iteration}")
+
+        def on_error(self, manager: Any, exc: BaseException, tb: Any) -> None:
+            events.append(f"on_error {exc}")
+
+        def finalize(self, manager: Any) -> None:
+            events.append("finalize")
+
+    def batches() -> Iterator[dict[str, torch.Tensor]]:
+        yield from loader(make_data(8))
+        raise OSError("disk gone")
+
+    trainer = make_trainer(Classifier(), tmp_path, max_epochs=1, extensions=[Watcher()])
+    with pytest.raises(OSError, match="disk gone"):
+        trainer.run(batches(), train_len=3)
+    assert events == ["iteration 1", "iteration 2", "on_error disk gone", "finalize"]

@@ -93,7 +93,6 @@ class Evaluator:
         self._set_up: object = None
         self._batch: Any = None
         self._completed = False
-        self.out: TextIO = sys.stdout
 
     @property
     def metrics(self) -> list[MetricFn]:
@@ -146,7 +145,7 @@ class Evaluator:
         ]
         for model in self.models.values():
             model.eval()
-        progress = _Progress(total, self.out) if self._progress_bar else None
+        progress = _Progress(total, sys.stdout) if self._progress_bar else None
         try:
             with torch.no_grad():
                 self.handler.eval_loop_begin(self)

@@ -90,6 +90,22 @@ class _TrainerManager(ExtensionsManager):
         super().load_state_dict(to_load)
         self._trainer._load_position_state(to_load.get("trainer"))
 
+    def begin_run(self, iters_per_epoch: int) -> None:
+        """Set the epoch length of the run (it cannot change once training started)."""
+        if self._started and iters_per_epoch != self._iters_per_epoch:
+            message = (
+                f"train_len {iters_per_epoch} differs from the {self._iters_per_epoch} "
+                "iterations per epoch of the run already started"
+            )
+            raise ValueError(message)
+        self._iters_per_epoch = iters_per_epoch
+
+    def abort(self, error: BaseException) -> None:
+        """Fail training on an error raised outside an iteration (by a loader, a handler
+        callback...): the extensions' ``on_error`` and finalizers run, as for an iteration."""
+        if not self._failed and not self._finalized:
+            self._fail_iteration(error, error.__traceback__)
+
 
 def _evaluator_entries(evaluator: EvaluatorsLike) -> dict[str, tuple[Evaluator, TriggerLike]]:
     if evaluator is None:
@@ -332,24 +348,17 @@ class Trainer:
             message = "the training loader is empty (len() == 0); nothing to train on"
             raise ValueError(message)
         manager = self._manager
-        if manager._started and length != manager.iters_per_epoch:
-            message = (
-                f"train_len {length} differs from the {manager.iters_per_epoch} iterations per "
-                "epoch of the run already started"
-            )
-            raise ValueError(message)
+        manager.begin_run(length)
         self._check_loaders(val_loader)
         self._eval_len = eval_len
         self._train_len = length
-        manager._iters_per_epoch = length
         self._loader = train_loader
         self.handler.train_setup(self, train_loader)
         try:
             while not manager.stop_trigger:
                 self._run_epoch(train_loader, length)
         except BaseException as error:
-            if not manager._failed and not manager._finalized:
-                manager._fail_iteration(error, error.__traceback__)
+            manager.abort(error)
             raise
         self.handler.train_cleanup(self)
 
