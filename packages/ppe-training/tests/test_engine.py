@@ -361,6 +361,21 @@ def test_mistakes_are_explained(tmp_path: Any) -> None:
     ):
         ppe.engine.create_trainer(model, optimizer, 1, options={"grad_scaler": cuda_scaler})
 
+    two = make_trainer(
+        model,
+        tmp_path,
+        evaluator={
+            "a": ppe.engine.create_evaluator(model),
+            "b": ppe.engine.create_evaluator(model),
+        },
+    )
+    with pytest.raises(ValueError, match=r"missing \['b'\], unknown \['c'\]"):
+        two.run(loader(make_data(4)), {"a": loader(make_data(4)), "c": loader(make_data(4))})
+    with pytest.raises(
+        TypeError, match=r"handler_class must be a subclass of ppe\.handler\.Handler"
+    ):
+        ppe.engine.create_trainer(model, optimizer, 1, handler_class=ppe.handler.BaseHandler)
+
     with pytest.raises(TypeError, match="must be an Evaluator"):
         ppe.engine.create_trainer(model, optimizer, 1, evaluator=object())
     with pytest.raises(ValueError, match="empty"):

@@ -116,7 +116,14 @@ def _engine_parts(
                 f"{sorted(optimizers)}; name the optimizer like its model"
             )
             raise ValueError(message)
-    handler_class = Handler if handler_class is None else handler_class
+    if handler_class is None:
+        handler_class = Handler
+    elif not (isinstance(handler_class, type) and issubclass(handler_class, Handler)):
+        message = (
+            "handler_class must be a subclass of ppe.handler.Handler (the engine creates it as "
+            f"handler_class(logic, entry_runtime, options)), got {handler_class!r}"
+        )
+        raise TypeError(message)
     runtime_class = runtime_registry.get_runtime_class_for_device_spec(device)
     entry_runtime = runtime_class(device, runtime_options)
     handler = handler_class(logic, entry_runtime, {})

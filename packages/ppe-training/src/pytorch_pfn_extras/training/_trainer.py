@@ -309,7 +309,15 @@ class Trainer:
                 "val_loader; pass run(train_loader, val_loader)"
             )
             raise ValueError(message)
-        if isinstance(val_loader, Mapping) and set(val_loader) == set(names):
+        if isinstance(val_loader, Mapping):
+            missing = sorted(set(names) - set(val_loader))
+            unknown = sorted(set(val_loader) - set(names))
+            if missing or unknown:
+                message = (
+                    f"a dict of validation loaders must have one loader per evaluator {names}; "
+                    f"missing {missing}, unknown {unknown}"
+                )
+                raise ValueError(message)
             self._val_loaders = dict(val_loader)
         else:
             self._val_loaders = dict.fromkeys(names, val_loader)
