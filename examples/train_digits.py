@@ -1,14 +1,22 @@
 """The README's main job: train a digit classifier with pytorch-pfn-extras.
 
 Trains an MLP on the 1,797 8x8 handwritten digits embedded in ``examples/data`` with the
-extensions manager, hyper-parameters from ``examples/config/digits.yaml`` (ppe-config), the data
-served by a ``TabularDataset`` (ppe-dataset), and writes to ``--out``:
+trainer engine (``ppe.engine.create_trainer`` and ``create_evaluator``, ppe-training), its
+hyper-parameters from ``examples/config/digits.yaml`` (ppe-config) and the data served by a
+``TabularDataset`` (ppe-dataset). The model returns a dict holding its ``loss``: the default
+logic backpropagates from it and steps the optimizer; the evaluator reports the validation loss
+and, through ``AccuracyMetric``, the accuracy over the whole validation set. It writes to
+``--out``:
 
-- ``log``: the LogReport (JSON), with train and validation loss/accuracy per epoch;
+- ``log``: the LogReport (JSON), with ``train/loss``, ``train/accuracy``, ``val/loss`` and
+  ``val/accuracy`` per epoch;
 - ``loss.png``, ``accuracy.png``: PlotReport figures;
-- ``snapshot_iter_<N>``: snapshots; running the script again resumes from the newest one.
+- ``snapshot_iter_<N>``: snapshots (the two newest); running the script again resumes from the
+  newest one, exactly where the previous run stopped (the trainer's snapshots carry the random
+  states, so the resumed run shuffles and drops out as an uninterrupted one would).
 
-Usage: ``python examples/train_digits.py --out result [--config PATH] [--epochs N]``
+Usage: ``python examples/train_digits.py --out result [--config PATH] [--epochs N] [--quiet]
+[--min-accuracy A]``; exits with 1 when the final validation accuracy is below ``A`` (0.9).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import argparse
 import gzip
 import pathlib
 import sys
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,6 +35,7 @@ import pytorch_pfn_extras as ppe
 from pytorch_pfn_extras.config import Config
 from pytorch_pfn_extras.dataset.tabular import from_data
 from pytorch_pfn_extras.training import extensions
+from pytorch_pfn_extras.training.metrics import AccuracyMetric
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -46,18 +56,22 @@ def mlp(in_features: int, hidden: list[int], n_classes: int, dropout: float) -> 
     return torch.nn.Sequential(*layers)
 
 
-class TorchRNG:
-    """The global torch RNG as a manager state object: snapshots save it, so that a resumed run
-    shuffles and drops out exactly as an uninterrupted one would."""
+class Classifier(torch.nn.Module):
+    """The config's network as the engine's model: it takes a batch (``x`` images, ``t``
+    labels) and returns the ``loss`` to backpropagate from, the batch ``accuracy`` and the
+    ``logits``."""
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"cpu": torch.get_rng_state()}
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        torch.set_rng_state(state["cpu"])
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits = self.net(x)
+        accuracy = (logits.argmax(1) == t).float().mean()
+        return {"loss": F.cross_entropy(logits, t), "accuracy": accuracy, "logits": logits}
 
 
-TYPES = {
+TYPES: dict[str, Any] = {
     "MLP": mlp,
     "parameters": lambda module: list(module.parameters()),
     "SGD": torch.optim.SGD,
@@ -83,74 +97,53 @@ def main(argv: list[str] | None = None) -> int:
     x, y = load_digits()
     order = np.random.default_rng(config["/training/seed"]).permutation(len(x))
     n_val = len(x) // 5
-    data = from_data((x[order], y[order]))
+    data = from_data({"x": x[order], "t": y[order]})  # batches are dicts: forward(x=..., t=...)
     train, val = data.slice[n_val:], data.slice[:n_val]
     batch_size = config["/training/batch_size"]
     train_loader = torch.utils.data.DataLoader(train, batch_size=batch_size, shuffle=True)
-    val_x, val_y = (torch.from_numpy(a) for a in val.fetch())
+    val_loader = torch.utils.data.DataLoader(val, batch_size=256)
 
-    model = config["/model"]
-    ppe.to(model, "cpu")
+    model = Classifier(config["/model"])  # the optimizer trains the same parameters
     optimizer = config["/optimizer"]
 
-    def evaluate(manager: ppe.training.ExtensionsManager) -> None:
-        model.eval()
-        with torch.no_grad():
-            out = model(val_x)
-        model.train()
-        ppe.reporting.report(
-            {
-                "val/loss": F.cross_entropy(out, val_y),
-                "val/accuracy": (out.argmax(1) == val_y).float().mean(),
-            }
-        )
-
     log_trigger = tuple(config["/extensions/log_trigger"])
-    manager = ppe.training.ExtensionsManager(
+    evaluator = ppe.engine.create_evaluator(
+        model,
+        metrics=[AccuracyMetric(label_key="t", output_key="logits")],  # val/accuracy
+        options={"eval_report_keys": ["loss"]},  # val/loss
+    )
+    trainer_extensions: list[ppe.training.extension.ExtensionLike] = [
+        extensions.LogReport(trigger=log_trigger),
+        extensions.PlotReport(["train/loss", "val/loss"], "epoch", filename="loss.png"),
+        extensions.PlotReport(["train/accuracy", "val/accuracy"], "epoch", filename="accuracy.png"),
+    ]
+    if not args.quiet:
+        trainer_extensions += [
+            extensions.PrintReport(
+                ["epoch", "iteration", "train/loss", "val/loss", "val/accuracy", "elapsed_time"]
+            ),
+            extensions.ProgressBar(update_interval=10),
+        ]
+    trainer = ppe.engine.create_trainer(
         model,
         optimizer,
         config["/training/epochs"],
-        iters_per_epoch=len(train_loader),
+        evaluator=(evaluator, log_trigger),
+        extensions=trainer_extensions,
         out_dir=args.out,
-        state_objects={"rng": TorchRNG()},
+        options={"backward_outputs": ["loss"], "train_report_keys": ["loss", "accuracy"]},
     )
-    manager.extend(
-        evaluate, trigger=log_trigger, priority=ppe.training.PRIORITY_WRITER, name="validation"
-    )
-    manager.extend(extensions.LogReport(trigger=log_trigger))
-    manager.extend(extensions.PlotReport(["train/loss", "val/loss"], "epoch", filename="loss.png"))
-    manager.extend(
-        extensions.PlotReport(["train/accuracy", "val/accuracy"], "epoch", filename="accuracy.png")
-    )
-    if not args.quiet:
-        manager.extend(
-            extensions.PrintReport(
-                ["epoch", "iteration", "train/loss", "val/loss", "val/accuracy", "elapsed_time"]
-            )
-        )
-        manager.extend(extensions.ProgressBar(update_interval=10))
-    manager.extend(
+    trainer.extend(
         extensions.snapshot(n_retains=2, autoload=True),
         trigger=tuple(config["/extensions/snapshot_trigger"]),
     )
 
-    while not manager.stop_trigger:
-        for images, labels in train_loader:
-            if manager.stop_trigger:  # a run resumed mid-epoch can end mid-epoch
-                break
-            with manager.run_iteration():
-                optimizer.zero_grad()
-                out = model(images)
-                loss = F.cross_entropy(out, labels)
-                ppe.reporting.report(
-                    {"train/loss": loss, "train/accuracy": (out.argmax(1) == labels).float().mean()}
-                )
-                loss.backward()
-                optimizer.step()
+    ppe.to(model, "cpu")
+    trainer.run(train_loader, val_loader)  # resumes from the newest snapshot in --out, if any
 
-    accuracy = float(manager.get_extension("LogReport").log[-1]["val/accuracy"])
+    accuracy = float(trainer.manager.get_extension("LogReport").log[-1]["val/accuracy"])
     print(
-        f"validation accuracy: {accuracy:.3f} after {manager.iteration} iterations; output in {args.out}"
+        f"validation accuracy: {accuracy:.3f} after {trainer.iteration} iterations; output in {args.out}"
     )
     if accuracy < args.min_accuracy:
         print(f"validation accuracy {accuracy:.3f} is below --min-accuracy {args.min_accuracy}")

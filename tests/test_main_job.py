@@ -12,10 +12,12 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "train_digits.py"
+CONFIG = ROOT / "examples" / "config" / "digits.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LOG_KEYS = {"train/loss", "train/accuracy", "val/loss", "val/accuracy", "iteration", "elapsed_time"}
 
 
-def train(out: pathlib.Path, epochs: int) -> str:
+def train(out: pathlib.Path, epochs: int, *options: str) -> str:
     result = subprocess.run(
         [
             sys.executable,
@@ -27,6 +29,7 @@ def train(out: pathlib.Path, epochs: int) -> str:
             "--epochs",
             str(epochs),
             "--quiet",
+            *options,
         ],
         capture_output=True,
         text=True,
@@ -37,14 +40,24 @@ def train(out: pathlib.Path, epochs: int) -> str:
     return result.stdout
 
 
+def read_log(path: pathlib.Path) -> list[dict[str, float]]:
+    log: list[dict[str, float]] = json.loads(path.read_text())
+    return log
+
+
+def without_time(log: list[dict[str, float]]) -> list[dict[str, float]]:
+    return [{k: v for k, v in entry.items() if k != "elapsed_time"} for entry in log]
+
+
 @pytest.mark.slow
 def test_main_job_writes_log_plots_snapshots_and_resumes_exactly(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "result"
     first = train(out, epochs=2)
-    log = json.loads((out / "log").read_text())
+    log = read_log(out / "log")
     assert [entry["epoch"] for entry in log] == [1, 2]
-    assert {"train/loss", "val/loss", "val/accuracy", "iteration", "elapsed_time"} <= set(log[0])
+    assert all(set(entry) >= LOG_KEYS for entry in log)
     assert log[1]["val/loss"] < log[0]["val/loss"]
+    assert 0.9 <= log[1]["val/accuracy"] <= 1.0  # the script exits 1 below --min-accuracy 0.9
     for png in ("loss.png", "accuracy.png"):
         data = (out / png).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 10_000
@@ -53,20 +66,38 @@ def test_main_job_writes_log_plots_snapshots_and_resumes_exactly(tmp_path: pathl
     assert f"snapshot_iter_{iterations}" in snapshots
 
     second = train(out, epochs=3)  # resumes from the epoch-2 snapshot: one more epoch only
-    log = json.loads((out / "log").read_text())
-    assert [entry["epoch"] for entry in log] == [1, 2, 3]
+    resumed = read_log(out / "log")
+    assert [entry["epoch"] for entry in resumed] == [1, 2, 3]
+    assert resumed[:2] == log  # the entries of the first run come from its snapshot
     assert f"after {iterations * 3 // 2} iterations" in second
     assert len(list(out.glob("snapshot_iter_*"))) == 2  # n_retains=2
 
     # The resumed run equals an uninterrupted one (the snapshot carries the RNG state too).
     fresh = tmp_path / "fresh"
     train(fresh, epochs=3)
+    assert without_time(resumed) == without_time(read_log(fresh / "log"))
 
-    def without_time(path: pathlib.Path) -> list[dict[str, float]]:
-        entries = json.loads(path.read_text())
-        return [{k: v for k, v in e.items() if k != "elapsed_time"} for e in entries]
 
-    assert without_time(out / "log") == without_time(fresh / "log")
+@pytest.mark.slow
+def test_main_job_resumes_exactly_from_a_snapshot_in_the_middle_of_an_epoch(
+    tmp_path: pathlib.Path,
+) -> None:
+    # 1,438 training images in batches of 32: 45 iterations per epoch; a snapshot every 20.
+    config = tmp_path / "mid_epoch.yaml"
+    config.write_text(f"import: {CONFIG}\nextensions:\n  snapshot_trigger: [20, iteration]\n")
+    out = tmp_path / "result"
+    assert "after 90 iterations" in train(out, 2, "--config", str(config))
+    uninterrupted = read_log(out / "log")
+    assert sorted(p.name for p in out.glob("snapshot_iter_*")) == [
+        "snapshot_iter_60",
+        "snapshot_iter_80",
+    ]
+    (out / "snapshot_iter_80").unlink()  # the newest left is 15 batches into epoch 2
+
+    assert "after 90 iterations" in train(out, 2, "--config", str(config))
+    resumed = read_log(out / "log")
+    assert resumed[0] == uninterrupted[0]  # from the snapshot (elapsed_time included)
+    assert without_time(resumed) == without_time(uninterrupted)
 
 
 @pytest.mark.slow
