@@ -1,6 +1,6 @@
-"""Per-iteration overhead of ``ExtensionsManager.run_iteration()`` with the usual extensions.
+"""Per-iteration overhead of ``ExtensionsManager.run_iteration()`` and of ``create_trainer``.
 
-Two measurements:
+Three measurements:
 
 1. A tiny MLP (batch 16, 32 features) trained by a hand-written loop, and by the same loop
    inside ``manager.run_iteration()`` with LogReport, ProgressBar and PrintReport (printing
@@ -9,6 +9,15 @@ Two measurements:
 2. ``run_iteration()`` with an empty body (reporting a 0-d tensor) and the same three
    extensions, against an empty Python loop: the manager's own cost per iteration
    (target: under 25 us; the published PPE takes about 58 us).
+3. The same MLP, wrapped in a module whose ``forward(x, t)`` returns ``{"loss": mse}``, trained
+   on ``--iters-per-epoch`` pre-made batches by a hand-written loop, by
+   ``ppe.engine.create_trainer`` with the same three extensions, and by pytorch-ignite's
+   ``create_supervised_trainer`` (needs pytorch-ignite): the overhead of each engine over the
+   hand-written loop. ``create_trainer`` gets no options (nothing is reported per iteration;
+   LogReport logs the epoch and iteration); ignite's default ``output_transform`` calls
+   ``loss.item()`` each iteration. Reference figures on the 2-core development machine: the published PPE's trainer adds
+   about 200 us per iteration, pytorch-ignite about 70 us, Lightning about 1,100 us. Target for
+   ours: below ignite's overhead, about 30% of PPE's (~60 us).
 
 Each repetition trains ``--iterations`` iterations both ways, interleaved one epoch at a time
 (bare epoch, managed epoch, managed epoch, bare epoch, ...), so that every managed epoch
@@ -16,30 +25,53 @@ includes its log write and table row, and a slow drift of the machine's load aff
 sides alike. The figures are medians over all epochs of all repetitions; the overhead is the
 median of the paired differences.
 
+The engines are interleaved more finely, as a shared 2-core machine needs: each round runs one
+epoch (one ``run()`` of a freshly made engine, whose making is not timed) of ``create_trainer``
+and of ignite, in alternating order, over a loader that runs the hand-written loop on each
+chunk of ``--chunk`` batches before handing the chunk to the engine. An engine's time is its
+``run()`` less the hand-written loop's, and its overhead in a round the difference of the two;
+the figures are medians over the rounds, with the quartiles of the overhead.
+
 With ``--device cuda`` the managed loops run under ``torch.cuda.set_sync_debug_mode("warn")``:
 a device synchronization inside an iteration (other than LogReport's once per epoch) would
-print a warning.
+print a warning (the trainer's run too; ignite's default ``output_transform`` calls
+``loss.item()`` every iteration, a synchronization by design).
 
-Usage: ``python benchmarks/loop_overhead.py [--iterations 10000] [--repeats 3]``
+Usage: ``python benchmarks/loop_overhead.py [--iterations 10000] [--repeats 3]
+[--engine-rounds 20] [--chunk 50] [--parts mlp empty engines]``
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import IO
+from typing import IO, Any, NamedTuple
 
 import torch
+from ignite.engine import create_supervised_trainer
+from ignite.utils import convert_tensor
 
+import pytorch_pfn_extras as ppe
 from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.training import ExtensionsManager, extensions
 
 Block = Callable[[int], None]
+Run = Callable[[], None]
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def _extensions(sink: IO[str]) -> list[Any]:
+    return [
+        extensions.LogReport(),
+        extensions.ProgressBar(out=sink),
+        extensions.PrintReport(out=sink),
+    ]
 
 
 def _manager(
@@ -51,11 +83,7 @@ def _manager(
         iterations / iters_per_epoch,
         iters_per_epoch=iters_per_epoch,
         out_dir=out_dir,
-        extensions=[
-            extensions.LogReport(),
-            extensions.ProgressBar(out=sink),
-            extensions.PrintReport(out=sink),
-        ],
+        extensions=_extensions(sink),
     )
 
 
@@ -72,14 +100,18 @@ def _sync_check(device: torch.device) -> Iterator[None]:
         torch.cuda.set_sync_debug_mode("default")
 
 
-def _timed(block: Block, n: int, device: torch.device) -> float:
+def _timed_run(run: Run, device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
-    block(n)
+    run()
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def _timed(block: Block, n: int, device: torch.device) -> float:
+    return _timed_run(lambda: block(n), device)
 
 
 def mlp_blocks(device: torch.device) -> tuple[Block, Callable[[ExtensionsManager], Block]]:
@@ -172,6 +204,182 @@ def measure(
     )
 
 
+class _LossModel(torch.nn.Module):
+    """The MLP with its loss: ``forward(x, t)`` returns ``{"loss": mse}``, as the trainer's
+    default logic needs (it backpropagates from the scalar outputs); all three loops use it."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"loss": torch.nn.functional.mse_loss(self.net(x), t)}
+
+
+@contextlib.contextmanager
+def _sync_allowed(device: torch.device) -> Iterator[None]:
+    if device.type != "cuda":
+        yield
+        return
+    mode = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("default")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(mode)
+
+
+class _Interleaved:
+    """The batches, as a loader that runs the hand-written loop on each chunk of batches
+    (timed, into ``bare_seconds``) before the engine gets that chunk.
+
+    The engine's iterations and the hand-written ones alternate every few milliseconds, so
+    that a change in the machine's load affects both alike; the engine's time is the time of
+    its ``run()`` less ``bare_seconds``.
+    """
+
+    def __init__(
+        self,
+        batches: list[Batch],
+        chunk: int,
+        bare: Callable[[list[Batch]], None],
+        device: torch.device,
+    ) -> None:
+        self._batches = batches
+        self._chunk = chunk
+        self._bare = bare
+        self._device = device
+        self.bare_seconds = 0.0
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __iter__(self) -> Iterator[Batch]:
+        self.bare_seconds = 0.0
+        for start in range(0, len(self._batches), self._chunk):
+            part = self._batches[start : start + self._chunk]
+            with _sync_allowed(self._device):
+                self.bare_seconds += _timed_run(functools.partial(self._bare, part), self._device)
+            yield from part
+
+
+def engines(
+    device: torch.device, batches: list[Batch], chunk: int
+) -> tuple[_Interleaved, Callable[[IO[str], str], dict[str, Run]]]:
+    """The loader of ``batches`` (running the hand-written loop every ``chunk`` batches), and
+    a function that makes a fresh engine of each kind and returns their one-epoch runs."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    model = _LossModel(net)
+    ppe.to(model, device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def bare(batches: list[Batch]) -> None:
+        for x, t in batches:
+            optimizer.zero_grad()
+            model(x, t)["loss"].backward()
+            optimizer.step()
+
+    data = _Interleaved(batches, chunk, bare, device)
+
+    def prepare_batch(batch: Batch, device: Any, non_blocking: bool) -> tuple[Any, None]:
+        return convert_tensor(batch, device=device, non_blocking=non_blocking), None
+
+    def make(sink: IO[str], out_dir: str) -> dict[str, Run]:
+        trainer = ppe.engine.create_trainer(
+            model, optimizer, 1, extensions=_extensions(sink), out_dir=out_dir, device=device
+        )
+        engine = create_supervised_trainer(
+            model,
+            optimizer,
+            lambda outputs, _: outputs["loss"],
+            device=device,
+            prepare_batch=prepare_batch,
+            model_fn=lambda model, batch: model(*batch),
+        )
+
+        def run_trainer() -> None:
+            with _sync_check(device):
+                trainer.run(data)
+
+        def run_ignite() -> None:
+            engine.run(data, max_epochs=1)
+
+        return {"create_trainer": run_trainer, "ignite": run_ignite}
+
+    return data, make
+
+
+class EngineTimes(NamedTuple):
+    """Seconds per iteration: medians, and the quartiles of the engines' overheads."""
+
+    bare: float
+    engines: dict[str, float]
+    overheads: dict[str, tuple[float, float, float]]
+
+
+def measure_engines(args: argparse.Namespace, out_dir: str, sink: IO[str]) -> EngineTimes:
+    """Each round runs one epoch of each engine (in alternating order), with the hand-written
+    loop interleaved (see :class:`_Interleaved`); an engine's overhead in a round is its time
+    less the hand-written loop's during its epoch."""
+    device = torch.device(args.device)
+    n = args.iters_per_epoch
+    torch.manual_seed(1)
+    batches = [
+        (torch.randn(16, 32, device=device), torch.randn(16, 1, device=device)) for _ in range(n)
+    ]
+    data, make = engines(device, batches, args.chunk)
+    bare_times: list[float] = []
+    times: dict[str, list[float]] = {"create_trainer": [], "ignite": []}
+    differences: dict[str, list[float]] = {name: [] for name in times}
+    for round_ in range(args.engine_rounds + 1):  # the first one warms up
+        runs = list(make(sink, out_dir).items())
+        for name, run in runs if round_ % 2 else reversed(runs):
+            total = _timed_run(run, device)
+            bare = data.bare_seconds
+            if round_:
+                bare_times.append(bare / n)
+                times[name].append((total - bare) / n)
+                differences[name].append((total - 2 * bare) / n)
+    return EngineTimes(
+        statistics.median(bare_times),
+        {name: statistics.median(values) for name, values in times.items()},
+        {name: _quartiles(values) for name, values in differences.items()},
+    )
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    first, median, third = statistics.quantiles(values, n=4)
+    return first, median, third
+
+
+def print_engines(args: argparse.Namespace, out_dir: str, sink: IO[str]) -> None:
+    us = 1e6
+    measured = measure_engines(args, out_dir, sink)
+    bare = measured.bare
+    print(
+        f"Engines on the MLP with its loss in forward(x, t), {args.iters_per_epoch} pre-made "
+        f"batches x {args.engine_rounds} rounds, device {args.device}, interleaved with the "
+        f"hand-written loop every {args.chunk} iterations:"
+    )
+    print(f"  hand-written loop      {bare * us:8.2f} us/iteration")
+    for name, label in (("create_trainer", "create_trainer (3 ext.)"), ("ignite", "ignite")):
+        first, overhead, third = measured.overheads[name]
+        print(f"  {label:<23}{measured.engines[name] * us:8.2f} us/iteration")
+        print(
+            f"    overhead             {overhead * us:8.2f} us/iteration "
+            f"(quartiles {first * us:.1f} to {third * us:.1f}), ratio {(bare + overhead) / bare:.3f}"
+        )
+    relative = measured.overheads["create_trainer"][1] / measured.overheads["ignite"][1]
+    print(f"  trainer / ignite overhead {relative:6.2f}")
+    print(
+        "  (reference on the 2-core machine: published PPE trainer ~200 us, ignite ~70 us, "
+        "Lightning ~1100 us; target < ignite's, ~60 us)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=10_000)
@@ -180,6 +388,19 @@ def main() -> None:
     parser.add_argument("--empty-repeats", type=int, default=5, help="empty-body repetitions")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument(
+        "--engine-rounds", type=int, default=20, help="rounds of the engine comparison"
+    )
+    parser.add_argument(
+        "--chunk", type=int, default=50, help="engine iterations between hand-written chunks"
+    )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=["mlp", "empty", "engines"],
+        default=["mlp", "empty", "engines"],
+        help="measurements to run",
+    )
     args = parser.parse_args()
     if args.iterations % args.iters_per_epoch:
         parser.error("--iterations must be a multiple of --iters-per-epoch")
@@ -187,22 +408,27 @@ def main() -> None:
     device = torch.device(args.device)
     us = 1e6
     with tempfile.TemporaryDirectory() as out_dir, open(os.devnull, "w") as sink:
-        bare, managed, overhead = measure(mlp_blocks(device), args, args.repeats, out_dir, sink)
-        print(
-            f"MLP (batch 16, 32 features), {args.iterations} iterations x {args.repeats}, "
-            f"device {device}, LogReport + ProgressBar + PrintReport, loss tensor reported:"
-        )
-        print(f"  hand-written loop      {bare * us:8.2f} us/iteration")
-        print(f"  with the manager       {managed * us:8.2f} us/iteration")
-        print(f"  overhead               {overhead * us:8.2f} us/iteration")
-        print(f"  ratio                  {(bare + overhead) / bare:8.3f}")
-        empty = empty_blocks(device)
-        _, _, overhead = measure(empty, args, args.empty_repeats, out_dir, sink)
-        print(
-            f"Empty run_iteration() reporting a 0-d tensor, {args.iterations} iterations x "
-            f"{args.empty_repeats}:"
-        )
-        print(f"  manager cost           {overhead * us:8.2f} us/iteration  (target < 25)")
+        if "mlp" in args.parts:
+            blocks = mlp_blocks(device)
+            bare, managed, overhead = measure(blocks, args, args.repeats, out_dir, sink)
+            print(
+                f"MLP (batch 16, 32 features), {args.iterations} iterations x {args.repeats}, "
+                f"device {device}, LogReport + ProgressBar + PrintReport, loss tensor reported:"
+            )
+            print(f"  hand-written loop      {bare * us:8.2f} us/iteration")
+            print(f"  with the manager       {managed * us:8.2f} us/iteration")
+            print(f"  overhead               {overhead * us:8.2f} us/iteration")
+            print(f"  ratio                  {(bare + overhead) / bare:8.3f}")
+        if "empty" in args.parts:
+            empty = empty_blocks(device)
+            _, _, overhead = measure(empty, args, args.empty_repeats, out_dir, sink)
+            print(
+                f"Empty run_iteration() reporting a 0-d tensor, {args.iterations} iterations x "
+                f"{args.empty_repeats}:"
+            )
+            print(f"  manager cost           {overhead * us:8.2f} us/iteration  (target < 25)")
+        if "engines" in args.parts:
+            print_engines(args, out_dir, sink)
 
 
 if __name__ == "__main__":
