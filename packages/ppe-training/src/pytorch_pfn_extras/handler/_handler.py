@@ -100,6 +100,13 @@ class BaseHandler:
         """Called after the last step of each evaluation."""
 
 
+def _overriding(pairs: _RuntimeModules, callback: str) -> _RuntimeModules:
+    """The pairs whose runtime overrides ``callback`` (the base's is a no-op): the per-step
+    loops skip the others."""
+    base = getattr(BaseRuntime, callback)
+    return [(m, r) for m, r in pairs if getattr(type(r), callback, base) is not base]
+
+
 def _report_keys(value: Any, name: str) -> list[str]:
     if value is None:
         return []
@@ -145,7 +152,10 @@ class Handler(BaseHandler):
         self._train_report_keys: list[str] = []
         self._eval_report_keys: list[str] = []
         self._train_runtimes: _RuntimeModules = []
-        self._eval_runtimes: _RuntimeModules = []
+        self._train_pre: _RuntimeModules = []
+        self._train_post: _RuntimeModules = []
+        self._eval_pre: _RuntimeModules = []
+        self._eval_post: _RuntimeModules = []
         super().__init__(logic, options)
 
     @property
@@ -203,6 +213,8 @@ class Handler(BaseHandler):
         models: Mapping[str, torch.nn.Module] = trainer.models
         optimizers: Mapping[str, torch.optim.Optimizer] = trainer.optimizers
         self._train_runtimes = self._runtime_modules(models, "trainer")
+        self._train_pre = _overriding(self._train_runtimes, "train_pre_step")
+        self._train_post = _overriding(self._train_runtimes, "train_post_step")
         for name, model in models.items():
             for _, module in named_runtime_modules(model):
                 runtime = get_runtime(module)
@@ -238,7 +250,7 @@ class Handler(BaseHandler):
 
     def train_step(self, trainer: Any, batch_idx: int, batch: Any, complete_fn: CompleteFn) -> None:
         """Runtime pre-step callbacks, batch conversion, the logic's step, then ``complete_fn``."""
-        for module, runtime in self._train_runtimes:
+        for module, runtime in self._train_pre:
             runtime.train_pre_step(trainer, module, batch_idx, batch)
         batch = self._entry_runtime.convert_batch(batch)
         outputs = self._logic.train_step(trainer.models, trainer.optimizers, batch_idx, batch)
@@ -246,7 +258,7 @@ class Handler(BaseHandler):
 
     def train_post_step(self, trainer: Any, batch_idx: int, batch: Any, outputs: Any) -> None:
         """Runtime post-step callbacks, the optimizer step, and the ``train/<key>`` reports."""
-        for module, runtime in self._train_runtimes:
+        for module, runtime in self._train_post:
             runtime.train_post_step(trainer, module, batch_idx, outputs)
         self._logic.train_step_optimizers(trainer.models, trainer.optimizers, batch_idx)
         self._report(outputs, self._train_report_keys, "train")
@@ -264,15 +276,17 @@ class Handler(BaseHandler):
         Raises:
             RuntimeError: A model has no runtime.
         """
-        self._eval_runtimes = self._runtime_modules(evaluator.models, "evaluator")
-        for module, runtime in self._eval_runtimes:
+        runtimes = self._runtime_modules(evaluator.models, "evaluator")
+        self._eval_pre = _overriding(runtimes, "eval_pre_step")
+        self._eval_post = _overriding(runtimes, "eval_post_step")
+        for module, runtime in runtimes:
             runtime.initialize_module(module, loader)
 
     def eval_step(
         self, evaluator: Any, batch_idx: int, batch: Any, complete_fn: CompleteFn
     ) -> None:
         """Runtime pre-step callbacks, batch conversion, the logic's step, then ``complete_fn``."""
-        for module, runtime in self._eval_runtimes:
+        for module, runtime in self._eval_pre:
             runtime.eval_pre_step(evaluator, module, batch_idx, batch)
         batch = self._entry_runtime.convert_batch(batch)
         outputs = self._logic.eval_step(evaluator.models, batch_idx, batch)
@@ -280,6 +294,6 @@ class Handler(BaseHandler):
 
     def eval_post_step(self, evaluator: Any, batch_idx: int, batch: Any, outputs: Any) -> None:
         """Runtime post-step callbacks and the ``val/<key>`` reports."""
-        for module, runtime in self._eval_runtimes:
+        for module, runtime in self._eval_post:
             runtime.eval_post_step(evaluator, module, batch_idx, outputs)
         self._report(outputs, self._eval_report_keys, "val")
