@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.handler._logic import BaseLogic
+from pytorch_pfn_extras.handler._logic_base import BaseLogic
 from pytorch_pfn_extras.runtime import BaseRuntime, get_runtime, named_runtime_modules
 
 CompleteFn = Callable[[int, Any], None]

@@ -1,141 +1,22 @@
-"""Logics: the algorithm of a training or evaluation step (forward, backward, optimizer step)."""
+"""The default logics: forward, backward and optimizer step of one model."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from pytorch_pfn_extras.runtime import forward, update_parameters
+from pytorch_pfn_extras.handler._logic_base import (
+    ModelLogic,
+    Models,
+    Optimizers,
+    _type_name,
+)
 from pytorch_pfn_extras.runtime._batch import call_with_batch
 
-Models = Mapping[str, torch.nn.Module]
-Optimizers = Mapping[str, torch.optim.Optimizer]
-
 _NO_CONTEXT: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def torch_autocast(enabled: bool = True) -> Iterator[None]:
-    """Run the block under CUDA autocast when ``enabled`` and CUDA is available.
-
-    Without CUDA (or with ``enabled=False``) the block runs unchanged. For autocast on
-    another device use ``torch.autocast(device_type, ...)``, or the ``"autocast"`` option of
-    :class:`Logic`.
-
-    Args:
-        enabled: Whether to enable autocast.
-
-    Example:
-        >>> with ppe.handler.torch_autocast():
-        ...     y = model(x)
-    """
-    if enabled and torch.cuda.is_available():
-        with torch.autocast("cuda"):
-            yield
-    else:
-        yield
-
-
-def _type_name(obj: object) -> str:
-    cls = type(obj)
-    return (
-        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    )
-
-
-class BaseLogic:
-    """Base class of logics: the callbacks that define training and evaluation steps.
-
-    A logic is driven by a :class:`~pytorch_pfn_extras.handler.Handler` on behalf of the
-    trainer and the evaluator; subclass it (or :class:`Logic`) to write steps that one model
-    and one optimizer do not cover, such as a GAN's. Options are consumed (popped) from the
-    dict given to :meth:`consume_options`; the engine reports the keys nobody consumed.
-
-    Args:
-        options: Options for the logic (see :meth:`consume_options`).
-    """
-
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        self.consume_options(dict(options) if options else {})
-
-    def consume_options(self, options: dict[str, Any]) -> None:
-        """Update the logic's options, popping the keys it uses from ``options``.
-
-        Args:
-            options: The options; the keys this logic understands are removed.
-        """
-
-    def train_epoch_begin(self, models: Models, epoch: int, loader: Any) -> None:
-        """Called when a training epoch starts.
-
-        Args:
-            models: The models, by name.
-            epoch: The number of completed epochs.
-            loader: The training loader.
-        """
-
-    def train_epoch_end(self, models: Models, epoch: int) -> None:
-        """Called when a training epoch completes.
-
-        Args:
-            models: The models, by name.
-            epoch: The number of completed epochs.
-        """
-
-    def train_step(self, models: Models, optimizers: Optimizers, batch_idx: int, batch: Any) -> Any:
-        """Run the forward and backward passes of one training step.
-
-        Args:
-            models: The models, by name.
-            optimizers: The optimizers, by name.
-            batch_idx: Index of the batch within the epoch.
-            batch: The batch, already on the device.
-
-        Returns:
-            The outputs of the step (reported, passed to metrics and extensions).
-        """
-        message = f"{type(self).__qualname__} must implement train_step()"
-        raise NotImplementedError(message)
-
-    def train_step_optimizers(self, models: Models, optimizers: Optimizers, batch_idx: int) -> None:
-        """Step the optimizers after :meth:`train_step` (the default does nothing).
-
-        Args:
-            models: The models, by name.
-            optimizers: The optimizers, by name.
-            batch_idx: Index of the batch within the epoch.
-        """
-
-    def train_validation_begin(self, models: Models) -> None:
-        """Called before a validation run during training.
-
-        Args:
-            models: The evaluator's models, by name.
-        """
-
-    def train_validation_end(self, models: Models) -> None:
-        """Called after a validation run during training.
-
-        Args:
-            models: The trainer's models, by name.
-        """
-
-    def eval_step(self, models: Models, batch_idx: int, batch: Any) -> Any:
-        """Run one evaluation step (the evaluator already disabled gradients).
-
-        Args:
-            models: The models, by name.
-            batch_idx: Index of the batch.
-            batch: The batch, already on the device.
-
-        Returns:
-            The outputs of the step.
-        """
-        message = f"{type(self).__qualname__} must implement eval_step()"
-        raise NotImplementedError(message)
 
 
 def _autocast_options(value: Any) -> dict[str, Any] | None:
@@ -183,7 +64,7 @@ def _positive_int(value: Any, name: str) -> int:
     return value
 
 
-class Logic(BaseLogic):
+class Logic(ModelLogic):
     """The default logic: one model, one optimizer, forward / backward / step.
 
     The model takes the batch (a dict as keyword arguments, a tuple or list as positional
@@ -220,10 +101,6 @@ class Logic(BaseLogic):
     """
 
     def __init__(self, model_name: str = "main", options: dict[str, Any] | None = None) -> None:
-        if not isinstance(model_name, str):
-            message = f"model_name must be a string, got {model_name!r}"
-            raise TypeError(message)
-        self.model_name = model_name
         self.backward_outputs: list[str] | None = None
         self._autocast: dict[str, Any] | None = None
         self._grad_scaler: Any = None
@@ -235,7 +112,7 @@ class Logic(BaseLogic):
         self.epoch_length: int | None = None
         """Batches per epoch; set by the handler when each epoch begins (gradient
         accumulation flushes at the last one). ``None`` means unknown."""
-        super().__init__(options)
+        super().__init__(model_name, options)
 
     def consume_options(self, options: dict[str, Any]) -> None:
         """Pop this logic's options (see the class documentation) from ``options``.
@@ -302,14 +179,6 @@ class Logic(BaseLogic):
         return self._grad_scaler
 
     # ------------------------------------------------------------------ helpers
-
-    def _model(self, models: Models) -> torch.nn.Module:
-        model: torch.nn.Module = _named(models, self.model_name, "model", self)
-        return model
-
-    def _optimizer(self, optimizers: Optimizers) -> torch.optim.Optimizer:
-        optimizer: torch.optim.Optimizer = _named(optimizers, self.model_name, "optimizer", self)
-        return optimizer
 
     def _forward(self, model: torch.nn.Module, batch: Any) -> Any:
         function: Callable[..., Any] = model
@@ -419,10 +288,9 @@ class Logic(BaseLogic):
         Raises:
             ValueError: The grad scaler cannot work on the model's device.
         """
-        model = self._model(models)
         if self._grad_scaler is not None:
-            check_grad_scaler(self._grad_scaler, _device_type(model))
-        _begin_epoch(model, epoch, loader)
+            check_grad_scaler(self._grad_scaler, _device_type(self._model(models)))
+        super().train_epoch_begin(models, epoch, loader)
 
     def train_epoch_end(self, models: Models, epoch: int) -> None:
         """Nothing to do at the end of an epoch."""
@@ -451,14 +319,6 @@ class Logic(BaseLogic):
                 return
         self._step(self._optimizer(optimizers))
 
-    def train_validation_begin(self, models: Models) -> None:
-        """Put the model in evaluation mode."""
-        self._model(models).eval()
-
-    def train_validation_end(self, models: Models) -> None:
-        """Put the model back in training mode."""
-        self._model(models).train()
-
     def eval_step(self, models: Models, batch_idx: int, batch: Any) -> Any:
         """Run the model on the batch (under autocast if enabled).
 
@@ -468,26 +328,6 @@ class Logic(BaseLogic):
         model = self._model(models)
         with self._autocast_context(model):
             return self._forward(model, batch)
-
-
-def _named(objects: Mapping[str, Any], name: str, kind: str, logic: object) -> Any:
-    found = objects.get(name)
-    if found is None:
-        message = (
-            f"{type(logic).__name__} uses the {kind} {name!r}, but the {kind}s are "
-            f"{sorted(objects)}; pass model_name= to the logic, or name the model and its "
-            f"optimizer {name!r}"
-        )
-        raise KeyError(message)
-    return found
-
-
-def _begin_epoch(model: torch.nn.Module, epoch: int, loader: Any) -> None:
-    model.train()
-    sampler = getattr(loader, "sampler", None)
-    set_epoch = getattr(sampler, "set_epoch", None)
-    if callable(set_epoch):
-        set_epoch(epoch)
 
 
 def check_grad_scaler(scaler: Any, device_type: str) -> None:
@@ -514,73 +354,6 @@ def _device_type(model: torch.nn.Module) -> str:
     for buffer in model.buffers():
         return buffer.device.type
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-class CodeBlockLogic(BaseLogic):
-    """A logic that runs its steps as CodeBlocks, executed by the model's runtime.
-
-    The training step is ``update_parameters(model, [optimizer])`` (forward, backward and
-    optimizer step at once, with the runtime's autocast and grad scaler options), the
-    evaluation step ``forward(model)``; runtimes for custom devices execute them their way.
-
-    Args:
-        model_name: The name of the model (and of its optimizer).
-        options: ``"backward_outputs"``: the outputs to backpropagate from (by default the
-            ``"loss"`` output, or the only output).
-    """
-
-    def __init__(self, model_name: str = "main", options: dict[str, Any] | None = None) -> None:
-        if not isinstance(model_name, str):
-            message = f"model_name must be a string, got {model_name!r}"
-            raise TypeError(message)
-        self.model_name = model_name
-        self.backward_outputs: list[str] | None = None
-        super().__init__(options)
-
-    def consume_options(self, options: dict[str, Any]) -> None:
-        """Pop ``"backward_outputs"`` from ``options``."""
-        super().consume_options(options)
-        if "backward_outputs" in options:
-            outputs = options.pop("backward_outputs")
-            self.backward_outputs = [outputs] if isinstance(outputs, str) else outputs
-
-    def _model(self, models: Models) -> torch.nn.Module:
-        model: torch.nn.Module = _named(models, self.model_name, "model", self)
-        return model
-
-    def train_epoch_begin(self, models: Models, epoch: int, loader: Any) -> None:
-        """Put the model in training mode and tell a distributed sampler the epoch."""
-        _begin_epoch(self._model(models), epoch, loader)
-
-    def train_epoch_end(self, models: Models, epoch: int) -> None:
-        """Nothing to do at the end of an epoch."""
-
-    def train_step(self, models: Models, optimizers: Optimizers, batch_idx: int, batch: Any) -> Any:
-        """Run ``update_parameters(model, [optimizer])`` on the batch.
-
-        Returns:
-            The model's outputs.
-        """
-        model = self._model(models)
-        optimizer = _named(optimizers, self.model_name, "optimizer", self)
-        block = update_parameters(model, [optimizer], backprop_from=self.backward_outputs)
-        return block(batch)
-
-    def train_validation_begin(self, models: Models) -> None:
-        """Put the model in evaluation mode."""
-        self._model(models).eval()
-
-    def train_validation_end(self, models: Models) -> None:
-        """Put the model back in training mode."""
-        self._model(models).train()
-
-    def eval_step(self, models: Models, batch_idx: int, batch: Any) -> Any:
-        """Run ``forward(model)`` on the batch.
-
-        Returns:
-            The model's outputs.
-        """
-        return forward(self._model(models))(batch)
 
 
 class ClousureLogic(Logic):

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from pytorch_pfn_extras.writing import Writer
 
 
-def _import_ignite() -> Any:
+def import_ignite(feature: str = "IgniteExtensionsManager") -> Any:
+    """Import and return ``ignite.engine``; ``feature`` names what needs it in the error."""
     try:
         with warnings.catch_warnings():
             # Importing ignite imports torch.distributed.optim, whose TorchScript
@@ -30,7 +31,7 @@ def _import_ignite() -> Any:
             )
             import ignite.engine
     except ImportError as error:
-        message = 'IgniteExtensionsManager needs pytorch-ignite: pip install "ppe-training[ignite]"'
+        message = f'{feature} needs pytorch-ignite: pip install "ppe-training[ignite]"'
         raise ImportError(message) from error
     return ignite.engine
 
@@ -114,7 +115,7 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
         writer: Writer | None = None,
         enable_profile: bool = False,
     ) -> None:
-        ignite_engine = _import_ignite()
+        ignite_engine = import_ignite()
         if not isinstance(engine, ignite_engine.Engine):
             message = (
                 "IgniteExtensionsManager needs an ignite.engine.Engine as engine, "

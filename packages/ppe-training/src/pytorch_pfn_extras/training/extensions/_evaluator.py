@@ -6,7 +6,6 @@ import contextlib
 import math
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
@@ -16,6 +15,7 @@ from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.runtime._batch import call_with_batch
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
+from pytorch_pfn_extras.training._ignite_manager import import_ignite
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.training.extensions._progress_bar import _bar
 
@@ -392,21 +392,6 @@ class Evaluator(Extension):
         return summary.compute_mean()
 
 
-def _import_ignite_engine() -> Any:
-    try:
-        with warnings.catch_warnings():
-            # Importing ignite imports torch.distributed.optim, whose TorchScript
-            # decorators warn that TorchScript is deprecated: nothing the user can act on.
-            warnings.filterwarnings(
-                "ignore", r"`torch\.jit\.\w+` is deprecated", DeprecationWarning
-            )
-            import ignite.engine
-    except ImportError as error:
-        message = 'IgniteEvaluator needs pytorch-ignite: pip install "ppe-training[ignite]"'
-        raise ImportError(message) from error
-    return ignite.engine
-
-
 def _engine_evaluates(*args: Any, **kwargs: Any) -> Any:
     message = "IgniteEvaluator evaluates with its ignite engine's process function"
     raise TypeError(message)
@@ -468,7 +453,7 @@ class IgniteEvaluator(Evaluator):
         progress_bar: bool = False,
         metrics: Iterable[MetricFn] | None = None,
     ) -> None:
-        engine_module = _import_ignite_engine()
+        engine_module = import_ignite("IgniteEvaluator")
         if not isinstance(evaluator, engine_module.Engine):
             message = (
                 "IgniteEvaluator needs an ignite.engine.Engine as evaluator, "
