@@ -20,6 +20,9 @@ import torch
 import torch.nn.functional as F
 
 import pytorch_pfn_extras as ppe
+import pytorch_pfn_extras.engine
+import pytorch_pfn_extras.runtime
+import pytorch_pfn_extras.training
 from pytorch_pfn_extras.training import extensions
 
 
@@ -75,7 +78,7 @@ def main(out_dir: str, kill_at: int | None) -> None:
     )
     trainer.extend(extensions.snapshot(autoload=True), trigger=(3, "iteration"))
     trainer.extend(kill, trigger=(1, "iteration"), priority=-1000)  # after the snapshot
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     train = torch.utils.data.DataLoader(Noisy(30), batch_size=4, shuffle=True)  # 8 per epoch
     val = torch.utils.data.DataLoader(Noisy(10), batch_size=4)
     trainer.run(train, val)

@@ -14,6 +14,12 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pytorch_pfn_extras as ppe
+import pytorch_pfn_extras.engine
+import pytorch_pfn_extras.handler
+import pytorch_pfn_extras.reporting
+import pytorch_pfn_extras.runtime
+import pytorch_pfn_extras.training
+import pytorch_pfn_extras.training.metrics
 from pytorch_pfn_extras.training import extensions
 from pytorch_pfn_extras.training.triggers import ManualScheduleTrigger
 
@@ -63,7 +69,7 @@ def make_trainer(
     trainer = ppe.engine.create_trainer(
         model, optimizer, max_epochs, evaluator=evaluator, out_dir=str(tmp_path), **kwargs
     )
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     return trainer
 
 
@@ -109,7 +115,7 @@ def test_trainer_at_a_glance_runs_as_written(
         device=device,
         extensions=exts,
     )
-    ppe.to(model, device)
+    ppe.runtime.to(model, device)
     train_loader = torch.utils.data.DataLoader(
         [{"x": torch.rand(10, 64), "target": torch.tensor([1])} for _ in range(1)], num_workers=8
     )
@@ -229,7 +235,7 @@ def test_evaluation_is_in_eval_mode_without_grad_and_averaged_over_samples(tmp_p
 
 def test_evaluator_runs_alone_and_restores_the_mode(tmp_path: Any) -> None:
     model = Classifier()
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     evaluator = ppe.engine.create_evaluator(model, metrics=[ppe.training.AccuracyMetric("t", "y")])
     model.train()
     means = evaluator.run(loader(make_data(10)))  # no reporter is needed

@@ -10,6 +10,10 @@ import torch
 import torch.nn.functional as F
 
 import pytorch_pfn_extras as ppe
+import pytorch_pfn_extras.engine
+import pytorch_pfn_extras.runtime
+import pytorch_pfn_extras.training
+import pytorch_pfn_extras.training.metrics
 from pytorch_pfn_extras.training import extensions
 
 pytestmark = pytest.mark.gpu
@@ -64,7 +68,7 @@ def test_trainer_iterations_do_not_synchronize_the_device(tmp_path: Any) -> None
     )
     # Before LogReport's (per epoch) summary, which reads the values at the epoch's end.
     trainer.extend(disarm, trigger=(20, "iteration"), priority=10_000)
-    ppe.to(model, "cuda:0")
+    ppe.runtime.to(model, "cuda:0")
     try:
         trainer.run(data)  # iterations 3..20 run with syncs turned into errors
     finally:
@@ -75,7 +79,7 @@ def test_trainer_iterations_do_not_synchronize_the_device(tmp_path: Any) -> None
 
 def test_evaluator_steps_do_not_synchronize_the_device(tmp_path: Any) -> None:
     model = Model().cuda()
-    ppe.to(model, "cuda:0")
+    ppe.runtime.to(model, "cuda:0")
     evaluator = ppe.engine.create_evaluator(
         model, device="cuda:0", metrics=[ppe.training.metrics.AccuracyMetric("t", "y")]
     )

@@ -10,6 +10,11 @@ import torch
 import torch.nn.functional as F
 
 import pytorch_pfn_extras as ppe
+import pytorch_pfn_extras.engine
+import pytorch_pfn_extras.handler
+import pytorch_pfn_extras.reporting
+import pytorch_pfn_extras.runtime
+import pytorch_pfn_extras.training
 
 
 class Regressor(torch.nn.Module):
@@ -46,7 +51,7 @@ def train(
 ) -> ppe.training.Trainer:
     optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     trainer = ppe.engine.create_trainer(model, optimizer, epochs, out_dir=str(tmp_path), **kwargs)
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     trainer.run(data)
     return trainer
 
@@ -231,7 +236,7 @@ def test_autocast_option_runs_the_forward_in_bfloat16_on_cpu(tmp_path: Any) -> N
         evaluator=evaluator,
         options={"autocast": {"dtype": torch.bfloat16}},
     )
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     trainer.run(batches(2), batches(1))
     assert dtypes == [torch.bfloat16] * 3
 
@@ -256,7 +261,7 @@ def test_closure_logic_trains_with_lbfgs_as_by_hand(tmp_path: Any) -> None:
     trainer = ppe.engine.create_trainer(
         model, ours, 3, out_dir=str(tmp_path), logic=ppe.handler.ClousureLogic()
     )
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     trainer.run(data)
     assert_same_weights(model, reference)
     with pytest.raises(ValueError, match="cannot use a 'grad_scaler'"):
@@ -296,7 +301,7 @@ def test_compile_option_gives_the_same_losses(tmp_path: Any) -> None:
             lambda manager: seen.append(float(manager.observation["train/loss"])),
             name="spy",
         )
-        ppe.to(trainer_model, "cpu")
+        ppe.runtime.to(trainer_model, "cpu")
         trainer.run(data, data)
         return seen
 
@@ -359,7 +364,7 @@ def test_custom_gan_logic_with_two_optimizers_learns(tmp_path: Any) -> None:
         evaluator=ppe.engine.create_evaluator(models, logic=GANLogic()),
     )
     for model in models.values():
-        ppe.to(model, "cpu")
+        ppe.runtime.to(model, "cpu")
     with torch.no_grad():
         before = gen(torch.randn(256, 2)).mean().item()
     trainer.run(real, real[:2])

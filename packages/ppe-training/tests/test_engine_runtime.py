@@ -9,6 +9,11 @@ import torch
 import torch.nn.functional as F
 
 import pytorch_pfn_extras as ppe
+import pytorch_pfn_extras.engine
+import pytorch_pfn_extras.handler
+import pytorch_pfn_extras.reporting
+import pytorch_pfn_extras.runtime
+import pytorch_pfn_extras.training
 
 calls: list[str] = []
 
@@ -107,7 +112,7 @@ def test_custom_runtime_callbacks_are_called_in_order(tmp_path: Any, codeblocks:
         evaluator=ppe.engine.create_evaluator(model, device="recording_device", logic=logic()),
     )
     assert isinstance(trainer.handler.entry_runtime, RecordingRuntime)
-    ppe.to(model, "recording_device:0")
+    ppe.runtime.to(model, "recording_device:0")
     assert isinstance(model._ppe_runtime, RecordingRuntime)
     trainer.run(data(2), data(1))
 

@@ -13,6 +13,9 @@ import torch
 import torch.nn.functional as F
 
 import pytorch_pfn_extras as ppe
+import pytorch_pfn_extras.engine
+import pytorch_pfn_extras.runtime
+import pytorch_pfn_extras.training
 from pytorch_pfn_extras.utils.comparer import (
     Comparer,
     ModelComparer,
@@ -72,13 +75,13 @@ def make_trainer(
     trainer = ppe.engine.create_trainer(
         model, optimizer, max_epochs, out_dir=str(tmp_path), device=device
     )
-    ppe.to(model, device)
+    ppe.runtime.to(model, device)
     return trainer
 
 
 def make_evaluator(model: torch.nn.Module) -> ppe.training.Evaluator:
     evaluator = ppe.engine.create_evaluator(model)
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     return evaluator
 
 
