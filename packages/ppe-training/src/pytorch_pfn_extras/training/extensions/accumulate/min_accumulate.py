@@ -1,0 +1,29 @@
+"""MinAccumulate: the minimum of a reported value over an interval."""
+
+from __future__ import annotations
+
+from pytorch_pfn_extras.training.extensions.accumulate._base import ExtremumAccumulate
+
+__all__ = ["MinAccumulate"]
+
+
+class MinAccumulate(ExtremumAccumulate):
+    """An extension that reports the minimum of a value over each interval.
+
+    Works as :class:`~pytorch_pfn_extras.training.extensions.AverageAccumulate` does, with the
+    (element-wise) minimum instead of the mean; a NaN value makes the result NaN.
+
+    Args:
+        conversion_key_pair: ``(source, destination)`` keys.
+        trigger: When to report the minimum; each epoch by default.
+        distributed: Reduce over all processes (not implemented yet: raises).
+
+    Raises:
+        ValueError: ``conversion_key_pair`` is not a pair of non-empty strings.
+        NotImplementedError: ``distributed=True``.
+
+    Example:
+        >>> manager.extend(MinAccumulate(("loss", "epoch/min_loss")))
+    """
+
+    largest = False
