@@ -1,0 +1,285 @@
+"""ParameterStatistics: report statistics of the parameters and gradients of modules."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+
+import torch
+
+from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
+from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
+
+if TYPE_CHECKING:
+    from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+
+StatisticFn: TypeAlias = Callable[[torch.Tensor], Any]
+
+PERCENTILE_SIGMAS = (0.13, 2.28, 15.87, 50.0, 84.13, 97.72, 99.87)
+"""Percentiles of the ``'percentile'`` statistic: the mean and -3 to +3 sigmas of a normal."""
+
+
+@functools.lru_cache(maxsize=256)
+def _interpolation(
+    size: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Indices below and above each percentile of a sorted vector, and the weights."""
+    last = size - 1
+    positions = [q / 100 * last for q in PERCENTILE_SIGMAS]
+    lower = [int(p) for p in positions]
+    upper = [min(i + 1, last) for i in lower]
+    fraction = [p - i for p, i in zip(positions, lower)]
+    return (
+        torch.tensor(lower, device=device),
+        torch.tensor(upper, device=device),
+        torch.tensor(fraction, dtype=torch.float64, device=device),
+    )
+
+
+def _percentile(x: torch.Tensor) -> torch.Tensor:
+    """NumPy's ``percentile(x, PERCENTILE_SIGMAS)`` (linear interpolation), of any size."""
+    # torch.quantile refuses inputs of more than 2**24 elements; a sort does not. The
+    # indices only depend on the size: cached on the device, they cost no copy per call.
+    ordered = torch.sort(x).values
+    lower, upper, fraction = _interpolation(x.numel(), x.device)
+    low = ordered[lower].to(torch.float64)
+    return low + (ordered[upper].to(torch.float64) - low) * fraction
+
+
+DEFAULT_STATISTICS: Mapping[str, StatisticFn] = {
+    "mean": torch.mean,
+    "std": lambda x: torch.std(x, correction=0),
+    "min": torch.amin,
+    "max": torch.amax,
+    "zeros": lambda x: torch.count_nonzero(x == 0),
+    "percentile": _percentile,
+}
+"""The statistics reported by ``statistics='default'``, as in PPE."""
+
+
+class _Target(NamedTuple):
+    """One tensor whose statistics are reported: a parameter's data or gradient."""
+
+    key: str  # "<prefix>/<link name>/<param name>/<data|grad>"
+    parameter: torch.nn.Parameter
+    attr: str  # "data" or "grad"
+
+
+def _named_links(links: Any) -> list[tuple[str | None, torch.nn.Module]]:
+    if isinstance(links, torch.nn.Module):
+        items: list[tuple[str | None, Any]] = [(None, links)]
+    elif isinstance(links, Mapping):
+        items = [(str(name), link) for name, link in links.items()]
+    elif isinstance(links, Iterable) and not isinstance(links, (str, bytes)):
+        items = [(None, link) for link in links]
+    else:
+        message = (
+            "ParameterStatistics: links must be a torch.nn.Module, an iterable of modules or a "
+            f"mapping of names to modules, got {type(links).__name__}"
+        )
+        raise TypeError(message)
+    if not items:
+        message = "ParameterStatistics: links is empty; give at least one torch.nn.Module"
+        raise ValueError(message)
+    named: list[tuple[str | None, torch.nn.Module]] = []
+    for name, link in items:
+        if not isinstance(link, torch.nn.Module):
+            message = f"ParameterStatistics: links must be torch.nn.Module, got {link!r}"
+            raise TypeError(message)
+        if name is None:
+            attr = getattr(link, "name", None)
+            name = attr if isinstance(attr, str) and attr else None
+        named.append((name, link))
+    return named
+
+
+def _statistic_functions(statistics: Any) -> dict[str, StatisticFn]:
+    if isinstance(statistics, str):
+        if statistics != "default":
+            message = (
+                "ParameterStatistics: statistics must be 'default', a dict of name -> function "
+                f"or names among {sorted(DEFAULT_STATISTICS)}, got {statistics!r}"
+            )
+            raise ValueError(message)
+        return dict(DEFAULT_STATISTICS)
+    if isinstance(statistics, Mapping):
+        functions = dict(statistics)
+    else:
+        names = list(statistics)
+        unknown = [name for name in names if name not in DEFAULT_STATISTICS]
+        if unknown:
+            message = (
+                f"ParameterStatistics: unknown statistics {unknown}; the built-in ones are "
+                f"{sorted(DEFAULT_STATISTICS)} (pass a dict name -> function for others)"
+            )
+            raise ValueError(message)
+        functions = {name: DEFAULT_STATISTICS[name] for name in names}
+    for name, function in functions.items():
+        if not isinstance(name, str) or not name:
+            message = (
+                f"ParameterStatistics: statistic names must be non-empty strings, got {name!r}"
+            )
+            raise ValueError(message)
+        if not callable(function):
+            message = (
+                f"ParameterStatistics: the statistic {name!r} must be a function of a 1-D "
+                f"tensor, got {function!r}"
+            )
+            raise TypeError(message)
+    return functions
+
+
+class _Interval(NamedTuple):
+    """Sum of the stacked statistics of one target over the interval, and their keys."""
+
+    keys: list[str]
+    total: torch.Tensor
+    n: int
+
+
+class ParameterStatistics(Extension):
+    """An extension to report parameter statistics.
+
+    At every iteration, each statistic function is applied to every parameter of ``links``
+    (flattened to one dimension) and to its gradient; when ``trigger`` fires, the means over
+    the interval are reported into the observation (the extension has the writer priority,
+    so a :class:`~pytorch_pfn_extras.training.extensions.LogReport` logs them). Everything
+    stays on the parameters' device: one stacked vector of statistics per tensor, summed
+    over the interval, and no synchronization.
+
+    Keys are ``<prefix>/<link name>/<param name>/<data|grad>/<statistic>``, e.g.
+    ``'stats/encoder/fc1.weight/grad/mean'``; the prefix is omitted when ``None``, the link
+    name when the module has no ``name`` attribute (a mapping ``{name: module}`` names them
+    too); parameter names are those of ``named_parameters()``. A statistic returning several
+    values gets one key per value with an index appended (``.../percentile/0``).
+
+    Args:
+        links: A module, an iterable of modules, or a mapping of names to modules. Children
+            of a module are reported separately, one key per parameter.
+        statistics: ``'default'`` (``mean``, ``std``, ``min``, ``max``, ``zeros``, the count
+            of zeros, and ``percentile``, at :data:`PERCENTILE_SIGMAS`), a dict of name to
+            function of a 1-D tensor returning a number or a tensor, or an iterable of
+            names of the default statistics.
+        report_params: Report the statistics of the parameter values.
+        report_grads: Report the statistics of the gradients (parameters without gradient
+            are skipped).
+        prefix: Prefix of the report keys.
+        trigger: When to report the means of the interval; one epoch by default.
+        skip_nan_params: Report NaN for every statistic of a tensor containing NaN instead
+            of computing them (the keys stay the same, so logs keep their columns).
+
+    Raises:
+        ValueError: An unknown statistic name, empty ``links``, or two parameters with the
+            same key (give the modules names).
+        TypeError: ``links`` holds something that is not a module, or a statistic is not
+            callable.
+
+    Example:
+        >>> manager.extend(extensions.ParameterStatistics(model, prefix="stats"))
+    """
+
+    trigger: TriggerLike = (1, "iteration")
+    priority = PRIORITY_WRITER
+    needs_model_state = True
+
+    def __init__(
+        self,
+        links: Any,
+        statistics: Any = "default",
+        report_params: bool = True,
+        report_grads: bool = True,
+        prefix: str | None = None,
+        trigger: TriggerLike = (1, "epoch"),
+        skip_nan_params: bool = False,
+    ) -> None:
+        self._statistics = _statistic_functions(statistics)
+        self._report_trigger = get_trigger(trigger)
+        self._skip_nan_params = skip_nan_params
+        attrs = [attr for attr, on in (("data", report_params), ("grad", report_grads)) if on]
+        self._targets: list[_Target] = []
+        seen: set[str] = set()
+        for link_name, link in _named_links(links):
+            for param_name, parameter in link.named_parameters():
+                base = "/".join(part for part in (prefix, link_name, param_name) if part)
+                if base in seen:
+                    message = (
+                        f"ParameterStatistics: two parameters would be reported as {base!r}; "
+                        "give the modules distinct names (a `name` attribute or a mapping)"
+                    )
+                    raise ValueError(message)
+                seen.add(base)
+                self._targets.extend(_Target(f"{base}/{attr}", parameter, attr) for attr in attrs)
+        self._intervals: dict[str, _Interval] = {}
+
+    def register_statistics(self, name: str, function: StatisticFn) -> None:
+        """Add (or replace) the statistic ``name``, a function of a 1-D tensor."""
+        self._statistics.update(_statistic_functions({name: function}))
+
+    def _compute(self, x: torch.Tensor) -> tuple[list[str], torch.Tensor]:
+        """The stacked statistics of ``x`` (float64, on its device) and their key suffixes."""
+        x = x.detach().flatten()
+        if not x.is_floating_point():  # integer or boolean parameters (no gradient)
+            x = x.to(torch.float64)
+        suffixes: list[str] = []
+        parts: list[torch.Tensor] = []
+        empty = x.numel() == 0
+        for name, function in self._statistics.items():
+            if empty:  # min/max/percentile are undefined: NaN, one value per statistic
+                value = torch.full((1,), float("nan"), dtype=torch.float64, device=x.device)
+            else:
+                value = torch.as_tensor(function(x), device=x.device).to(torch.float64)
+                value = value.reshape(-1)
+            n = value.numel()
+            suffixes.extend([name] if n == 1 else [f"{name}/{i}" for i in range(n)])
+            parts.append(value)
+        stacked = torch.cat(parts)
+        if self._skip_nan_params and not empty:
+            stacked = torch.where(torch.isnan(x).any(), float("nan"), stacked)
+        return suffixes, stacked
+
+    def __call__(self, manager: ExtensionsManagerProtocol) -> None:
+        """Accumulate the statistics; report the interval's means when the trigger fires."""
+        with torch.no_grad():
+            for target in self._targets:
+                tensor = target.parameter if target.attr == "data" else target.parameter.grad
+                if tensor is None:
+                    continue
+                suffixes, stacked = self._compute(tensor)
+                keys = [f"{target.key}/{suffix}" for suffix in suffixes]
+                interval = self._intervals.get(target.key)
+                if interval is None or interval.keys != keys:
+                    self._intervals[target.key] = _Interval(keys, stacked, 1)
+                else:
+                    total = interval.total + stacked
+                    self._intervals[target.key] = _Interval(keys, total, interval.n + 1)
+        if self._report_trigger(manager):
+            report: dict[str, Any] = {}
+            for interval in self._intervals.values():
+                means = interval.total / interval.n
+                report.update(zip(interval.keys, means.unbind()))
+            self._intervals = {}
+            manager.reporter.report(report)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the partial interval (as Python numbers) and the trigger's state."""
+        return {
+            "intervals": {
+                key: {"keys": list(i.keys), "total": i.total.tolist(), "count": i.n}
+                for key, i in self._intervals.items()
+            },
+            "report_trigger": self._report_trigger.state_dict(),
+        }
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`state_dict`."""
+        devices = {target.key: target.parameter.device for target in self._targets}
+        self._intervals = {
+            key: _Interval(
+                list(state["keys"]),
+                torch.tensor(state["total"], dtype=torch.float64, device=devices.get(key)),
+                int(state["count"]),
+            )
+            for key, state in to_load.get("intervals", {}).items()
+        }
+        self._report_trigger.load_state_dict(to_load.get("report_trigger", {}))

@@ -1,0 +1,171 @@
+"""TimelineTrace: writes the Chrome tracer's events to a trace file during training."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any
+
+from pytorch_pfn_extras.profiler import ChromeTracer, Tracer, get_tracer
+from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
+from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
+
+if TYPE_CHECKING:
+    from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+    from pytorch_pfn_extras.writing import Writer
+
+_KWARGS = ("writer",)
+
+
+def _write_bytes(data: bytes, fileobj: IO[bytes], **kwargs: Any) -> None:
+    fileobj.write(data)
+
+
+def _closing_bytes() -> bytes:
+    # A metadata event naming the process ends the appended array, so the file becomes a
+    # complete JSON document (the events before it each end with a comma).
+    event = {"name": "process_name", "ph": "M", "pid": os.getpid(), "tid": 0}
+    event["args"] = {"name": "pytorch-pfn-extras training"}
+    return (json.dumps(event) + "\n]\n").encode()
+
+
+class TimelineTrace(Extension):
+    """An extension to write the timeline of the Chrome tracer to a trace file.
+
+    The manager records each extension it runs in the process-wide tracer
+    (:func:`pytorch_pfn_extras.profiler.get_tracer`) when it is created with
+    ``enable_trace=True``; ``record(..., trace=True)`` sections of the user's code go there
+    too. When ``trigger`` fires, the events recorded since the last write are written to
+    ``filename`` through the manager's writer, in Chrome's Trace Event Format: complete
+    events (``"ph": "X"``, ``ts`` and ``dur`` in microseconds) in a JSON array, which
+    chrome://tracing and Perfetto open. With an appending tracer (the default) the array is
+    left open during training, which both tools accept, and closed when training ends, so
+    the finished file is plain JSON; :func:`~pytorch_pfn_extras.profiler.load_chrome_trace_as_json`
+    reads both.
+
+    The tracer's events not yet written are kept in snapshots; events written after the
+    last snapshot are written again by a resumed run.
+
+    Args:
+        trigger: When to write the events; each epoch by default.
+        filename: Trace file under the output directory (``'chrome_trace.json'`` by default).
+        enable: Trigger that turns recording on; recording is on from the start when ``None``.
+        disable: Trigger that turns recording off; never when ``None``.
+        tracer: The tracer to write; the process-wide one by default (the one the manager
+            and :func:`~pytorch_pfn_extras.profiler.record` use).
+        **kwargs: ``writer``: a writer to use instead of the manager's.
+
+    Raises:
+        TypeError: An unknown keyword argument, or a tracer that is not a
+            :class:`~pytorch_pfn_extras.profiler.Tracer`.
+
+    Example:
+        >>> manager = ExtensionsManager(..., enable_trace=True)
+        >>> manager.extend(extensions.TimelineTrace(filename="trace.json"))
+    """
+
+    trigger: TriggerLike = (1, "iteration")
+    priority = PRIORITY_READER
+
+    def __init__(
+        self,
+        trigger: TriggerLike = (1, "epoch"),
+        filename: str | None = None,
+        enable: TriggerLike = None,
+        disable: TriggerLike = None,
+        tracer: Tracer | None = None,
+        **kwargs: Any,
+    ) -> None:
+        unknown = sorted(set(kwargs) - set(_KWARGS))
+        if unknown:
+            message = (
+                f"TimelineTrace got unexpected keyword arguments {unknown}; "
+                f"accepted: {list(_KWARGS)}"
+            )
+            raise TypeError(message)
+        if filename is None:
+            filename = "chrome_trace.json"
+        if not isinstance(filename, str) or not filename:
+            message = f"TimelineTrace: filename must be a non-empty string, got {filename!r}"
+            raise ValueError(message)
+        if tracer is not None and not isinstance(tracer, Tracer):
+            message = f"TimelineTrace: tracer must be a profiler Tracer, got {tracer!r}"
+            raise TypeError(message)
+        self._write_trigger = get_trigger(trigger)
+        self._enable_trigger: Trigger | None = None if enable is None else get_trigger(enable)
+        self._disable_trigger: Trigger | None = None if disable is None else get_trigger(disable)
+        self._filename = filename
+        self._tracer = tracer
+        self._writer: Writer | None = kwargs.get("writer")
+        self._resumed = False
+
+    @property
+    def tracer(self) -> Tracer:
+        """The tracer whose events are written."""
+        if self._tracer is None:
+            self._tracer = get_tracer()
+        return self._tracer
+
+    def initialize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Turn recording on (or off until ``enable`` fires); initialize an own writer."""
+        if self._writer is not None:
+            self._writer.initialize(manager.out)
+        if not self._resumed:  # a resumed run keeps the recording switch of its snapshot
+            self.tracer.enable(self._enable_trigger is None)
+
+    def __call__(self, manager: ExtensionsManagerProtocol) -> None:
+        """Switch recording on or off, and write the events when the trigger fires."""
+        if self._enable_trigger is not None and self._enable_trigger(manager):
+            self.tracer.enable(True)
+        if self._disable_trigger is not None and self._disable_trigger(manager):
+            self.tracer.enable(False)
+        if self._write_trigger(manager):
+            self._flush(manager)
+
+    def _flush(self, manager: ExtensionsManagerProtocol) -> Writer | None:
+        writer = self._writer if self._writer is not None else manager.writer
+        if writer is not None:
+            self.tracer.flush(self._filename, writer)
+        return writer
+
+    def finalize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Write the remaining events and close the trace file's JSON array."""
+        tracer = self.tracer
+        writer = self._flush(manager)
+        if writer is not None and isinstance(tracer, ChromeTracer):
+            state = tracer.state_dict()
+            if state["started"]:
+                writer(
+                    self._filename,
+                    writer.out_dir,
+                    _closing_bytes(),
+                    savefun=_write_bytes,
+                    append=True,
+                )
+                # The next flush of this tracer starts a new file.
+                tracer.load_state_dict({**state, "started": False})
+        if self._writer is not None:
+            self._writer.finalize()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the tracer's state and the states of the triggers."""
+        state: dict[str, Any] = {
+            "tracer": self.tracer.state_dict(),
+            "trigger": self._write_trigger.state_dict(),
+        }
+        if self._enable_trigger is not None:
+            state["enable"] = self._enable_trigger.state_dict()
+        if self._disable_trigger is not None:
+            state["disable"] = self._disable_trigger.state_dict()
+        return state
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`state_dict`."""
+        self.tracer.load_state_dict(to_load["tracer"])
+        self._resumed = True
+        self._write_trigger.load_state_dict(to_load.get("trigger", {}))
+        if self._enable_trigger is not None:
+            self._enable_trigger.load_state_dict(to_load.get("enable", {}))
+        if self._disable_trigger is not None:
+            self._disable_trigger.load_state_dict(to_load.get("disable", {}))

@@ -1,0 +1,396 @@
+"""VariableStatisticsPlot: mean, std and percentiles of parameters and gradients over time."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
+from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
+from pytorch_pfn_extras.training.extensions._plot_report import PlotReport, _write_bytes
+
+if TYPE_CHECKING:
+    from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+    from pytorch_pfn_extras.writing import Writer
+
+_KWARGS = ("file_name", "writer")
+_MISSING = 'VariableStatisticsPlot needs matplotlib: pip install "ppe-training[plot]"'
+_DEFAULT_SIGMAS = (0, 0.13, 2.28, 15.87, 50, 84.13, 97.72, 99.87, 100)
+
+FloatArray = npt.NDArray[np.floating[Any]]
+
+
+def percentile(a: Any, q: Any, axis: int | tuple[int, ...] | None) -> FloatArray:
+    """The ``q``-th percentiles (in ``[0, 100]``) of ``a`` along ``axis``, as NumPy computes them.
+
+    Args:
+        a: A tensor or an array (tensors are copied to the CPU).
+        q: A percentile or a sequence of percentiles.
+        axis: Axis or axes to reduce; ``None`` reduces all of them.
+    """
+    if isinstance(a, torch.Tensor):
+        a = a.detach().cpu().numpy()
+    return np.asarray(np.percentile(np.asarray(a), q, axis=axis))
+
+
+def matplotlib_savefun(target: Any, file_o: IO[bytes]) -> None:
+    """``savefun`` of a writer: save the matplotlib figure ``target`` as PNG into ``file_o``."""
+    target.savefig(file_o, format="png")
+
+
+class Reservoir:
+    """A uniform random sample of at most ``size`` items of a stream (reservoir sampling).
+
+    Each item added is kept with probability ``size / n`` (``n`` items seen so far), replacing
+    a kept item chosen uniformly, so every item of the stream is in the sample with the same
+    probability.
+
+    Args:
+        size: Largest number of items kept.
+        data_shape: Shape of one item.
+        dtype: NumPy dtype of the items.
+
+    Example:
+        >>> reservoir = Reservoir(100, data_shape=(3,))
+        >>> reservoir.add(np.zeros(3), idx=0)
+        >>> idxs, data = reservoir.get_data()
+    """
+
+    def __init__(self, size: int, data_shape: tuple[int, ...], dtype: Any = np.float32) -> None:
+        if type(size) is not int or size < 1:
+            message = f"Reservoir: size must be a positive int, got {size!r}"
+            raise ValueError(message)
+        self.size = size
+        self.data: FloatArray = np.zeros((size, *data_shape), dtype=dtype)
+        self.idxs: npt.NDArray[np.int64] = np.zeros((size,), dtype=np.int64)
+        self.counter = 0
+        self._rng = np.random.default_rng()
+
+    def add(self, x: Any, idx: int | None = None) -> None:
+        """Offer the item ``x`` with the index ``idx`` (the number of items seen when ``None``)."""
+        if self.counter < self.size:
+            slot = self.counter
+        else:
+            slot = int(self._rng.integers(0, self.counter + 1))
+            if slot >= self.size:
+                self.counter += 1
+                return
+        self.data[slot] = np.asarray(x)
+        self.idxs[slot] = self.counter if idx is None else idx
+        self.counter += 1
+
+    def get_data(self) -> tuple[npt.NDArray[np.int64], FloatArray]:
+        """Return ``(indices, items)`` of the sample, ordered by index."""
+        n = min(self.counter, self.size)
+        order = np.argsort(self.idxs[:n], kind="stable")
+        return self.idxs[:n][order], self.data[:n][order]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the sample and the number of items seen."""
+        n = min(self.counter, self.size)
+        return {"counter": self.counter, "idxs": self.idxs[:n].tolist(), "data": self.data[:n]}
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`state_dict`."""
+        data = np.asarray(to_load["data"], dtype=self.data.dtype)
+        n = len(data)
+        if n > self.size or data.shape[1:] != self.data.shape[1:]:
+            message = (
+                f"Reservoir: cannot load {data.shape} items into a reservoir of {self.data.shape}"
+            )
+            raise ValueError(message)
+        self.data[:n] = data
+        self.idxs[:n] = np.asarray(to_load["idxs"], dtype=np.int64)
+        self.counter = int(to_load["counter"])
+
+
+class Statistician:
+    """Computes the chosen statistics of an array along an axis.
+
+    Args:
+        collect_mean: Compute the mean.
+        collect_std: Compute the standard deviation (NumPy's, ``ddof=0``).
+        percentile_sigmas: Percentiles to compute, in ``[0, 100]``.
+
+    Example:
+        >>> Statistician(True, True, (0, 50, 100))(np.arange(5.0))
+        {'mean': 2.0, 'std': 1.414..., 'percentile': array([0., 2., 4.])}
+    """
+
+    def __init__(
+        self, collect_mean: bool, collect_std: bool, percentile_sigmas: float | Iterable[float]
+    ) -> None:
+        self.collect_mean = collect_mean
+        self.collect_std = collect_std
+        sigmas = np.atleast_1d(np.asarray(percentile_sigmas, dtype=np.float64))
+        if sigmas.ndim != 1 or np.any((sigmas < 0) | (sigmas > 100)):
+            message = f"percentile_sigmas must be numbers in [0, 100], got {percentile_sigmas!r}"
+            raise ValueError(message)
+        self.percentile_sigmas: tuple[float, ...] = tuple(float(s) for s in sigmas)
+
+    def __call__(self, x: Any, axis: int | None = 0, dtype: Any = None) -> dict[str, Any]:
+        """Return ``{'mean', 'std', 'percentile'}`` (those chosen) of ``x`` along ``axis``.
+
+        Args:
+            x: A tensor or an array; an empty one gives NaN statistics.
+            axis: Axis to reduce; ``None`` reduces all of them.
+            dtype: dtype of the computation (``float64`` by default).
+        """
+        array = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        array = array.astype(np.float64 if dtype is None else dtype, copy=False)
+        if array.size == 0:
+            array = np.full(1, np.nan)
+            axis = None
+        return self.collect(array, axis)
+
+    def collect(self, x: FloatArray, axis: int | None) -> dict[str, Any]:
+        """The statistics of the array ``x`` along ``axis``."""
+        stats: dict[str, Any] = {}
+        if self.collect_mean:
+            stats["mean"] = x.mean(axis=axis)
+        if self.collect_std:
+            stats["std"] = x.std(axis=axis)
+        if self.percentile_sigmas:
+            stats["percentile"] = percentile(x, self.percentile_sigmas, axis=axis)
+        return stats
+
+
+def _tensors(targets: Any) -> list[torch.Tensor]:
+    items = targets if isinstance(targets, (list, tuple)) else [targets]
+    tensors: list[torch.Tensor] = []
+    for item in items:
+        if isinstance(item, torch.nn.Module):
+            tensors.extend(item.parameters())
+        elif isinstance(item, torch.Tensor):
+            tensors.append(item)
+        else:
+            message = (
+                "VariableStatisticsPlot: targets must be tensors, modules or a list of them, "
+                f"got {type(item).__name__}"
+            )
+            raise TypeError(message)
+    return tensors
+
+
+class VariableStatisticsPlot(Extension):
+    """An extension to plot statistics of parameters and of their gradients.
+
+    Each time it runs (every iteration) it computes, for each target tensor (the parameters
+    of a module), the mean, the standard deviation and the percentiles of its values and of
+    its gradient, averages them over the tensors, and offers them to a :class:`Reservoir`
+    of ``max_sample_size`` iterations, so memory stays bounded. When ``trigger`` fires, it
+    draws one panel per kind (``data``, ``grad``): the percentiles as shaded bands
+    (symmetric pairs, darker towards the median), the median, and the mean and
+    mean ± std as lines, against the iteration, and writes the PNG through the manager's
+    writer. The sample and the trigger are saved in snapshots.
+
+    matplotlib is imported when the first plot is drawn, on a standalone figure (pyplot and
+    the backend are left alone).
+
+    Args:
+        targets: A tensor, a module, or a list of them.
+        max_sample_size: Largest number of iterations kept for the plot.
+        report_data: Compute and plot the statistics of the values.
+        report_grad: Compute and plot the statistics of the gradients (tensors without a
+            gradient are skipped; NaN when none has one).
+        plot_mean: Compute and plot the mean.
+        plot_std: Compute and plot the standard deviation (as mean ± std).
+        percentile_sigmas: Percentiles to plot, in ``[0, 100]``.
+        trigger: When to write the image; each epoch by default.
+        filename: Image name under the output directory (``'statistics.png'`` by default),
+            a format string filled with ``epoch`` and ``iteration``; ``file_name`` is an alias.
+        figsize: Size of the figure in inches; ``(6.4 * panels, 4.8)`` by default.
+        marker: Marker of the mean and std lines.
+        grid: Draw the grid.
+        **kwargs: ``file_name`` and ``writer`` (a writer to use instead of the manager's).
+
+    Raises:
+        ImportError: matplotlib is not installed.
+        ValueError: Nothing to plot, or bad percentiles.
+        TypeError: An unknown keyword argument, or targets of the wrong type.
+
+    Example:
+        >>> manager.extend(VariableStatisticsPlot(model, trigger=(100, "iteration")))
+    """
+
+    trigger: TriggerLike = (1, "iteration")
+    priority = PRIORITY_READER
+    needs_model_state = True
+
+    def __init__(
+        self,
+        targets: Any,
+        max_sample_size: int = 1000,
+        report_data: bool = True,
+        report_grad: bool = True,
+        plot_mean: bool = True,
+        plot_std: bool = True,
+        percentile_sigmas: float | tuple[float, ...] = _DEFAULT_SIGMAS,
+        trigger: TriggerLike = (1, "epoch"),
+        filename: str | None = None,
+        figsize: tuple[float, float] | None = None,
+        marker: str | None = None,
+        grid: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        unknown = sorted(set(kwargs) - set(_KWARGS))
+        if unknown:
+            message = (
+                f"VariableStatisticsPlot got unexpected keyword arguments {unknown}; "
+                f"accepted: {list(_KWARGS)}"
+            )
+            raise TypeError(message)
+        if not PlotReport.available():
+            raise ImportError(_MISSING)
+        if filename is None:
+            filename = kwargs.get("file_name", "statistics.png")
+        if not isinstance(filename, str) or not filename:
+            message = (
+                f"VariableStatisticsPlot: filename must be a non-empty string, got {filename!r}"
+            )
+            raise ValueError(message)
+        self._keys = tuple(
+            key for key, chosen in (("data", report_data), ("grad", report_grad)) if chosen
+        )
+        self._statistician = Statistician(plot_mean, plot_std, percentile_sigmas)
+        n_stats = int(plot_mean) + int(plot_std) + len(self._statistician.percentile_sigmas)
+        if not self._keys or n_stats == 0:
+            message = (
+                "VariableStatisticsPlot has nothing to plot: report_data or report_grad, and "
+                "plot_mean, plot_std or percentile_sigmas must be chosen"
+            )
+            raise ValueError(message)
+        self._targets = _tensors(targets)
+        self._reservoir = Reservoir(max_sample_size, (len(self._keys), n_stats))
+        self._plot_trigger = get_trigger(trigger)
+        self._filename = filename
+        self._figsize = figsize
+        self._marker = marker
+        self._grid = grid
+        self._writer: Writer | None = kwargs.get("writer")
+
+    available = staticmethod(PlotReport.available)
+
+    def statistics(self) -> dict[str, dict[str, Any]]:
+        """The statistics of the targets now: ``{'data'/'grad': {'mean', 'std', 'percentile'}}``.
+
+        Each statistic is the mean over the target tensors of that tensor's statistic.
+        """
+        result: dict[str, dict[str, Any]] = {}
+        for key in self._keys:
+            tensors = self._targets if key == "data" else [t.grad for t in self._targets]
+            per_tensor = [self._statistician(t.reshape(-1)) for t in tensors if t is not None]
+            if not per_tensor:
+                per_tensor = [self._statistician(np.zeros(0))]
+            result[key] = {
+                name: np.mean([stats[name] for stats in per_tensor], axis=0)
+                for name in per_tensor[0]
+            }
+        return result
+
+    def _row(self, stats: Mapping[str, Any]) -> FloatArray:
+        parts = [
+            np.atleast_1d(stats[name]) for name in ("mean", "std", "percentile") if name in stats
+        ]
+        return np.concatenate(parts)
+
+    def __call__(self, manager: ExtensionsManagerProtocol) -> None:
+        """Sample the statistics; write the plot when the trigger fires."""
+        stats = self.statistics()
+        row = np.stack([self._row(stats[key]) for key in self._keys])
+        self._reservoir.add(row, idx=manager.iteration)
+        if self._plot_trigger(manager):
+            self._write(manager)
+
+    def render(self) -> bytes:
+        """Draw the sampled statistics and return the PNG image.
+
+        Raises:
+            ImportError: matplotlib is not installed.
+        """
+        try:
+            from matplotlib.figure import Figure
+        except ImportError as error:
+            raise ImportError(_MISSING) from error
+        figsize = self._figsize or (6.4 * len(self._keys), 4.8)
+        figure = Figure(figsize=figsize, layout="constrained")
+        self._draw(figure)
+        buffer = io.BytesIO()
+        matplotlib_savefun(figure, buffer)
+        return buffer.getvalue()
+
+    def _draw(self, figure: Any) -> None:
+        idxs, data = self._reservoir.get_data()
+        statistician = self._statistician
+        sigmas = statistician.percentile_sigmas
+        n_bands = len(sigmas) // 2
+        axes_list = figure.subplots(1, len(self._keys), squeeze=False)[0]
+        for k, (key, axes) in enumerate(zip(self._keys, axes_list, strict=True)):
+            rows = data[:, k, :]
+            column = 0
+            mean = std = None
+            if statistician.collect_mean:
+                mean = rows[:, column]
+                column += 1
+            if statistician.collect_std:
+                std = rows[:, column]
+                column += 1
+            percentiles = rows[:, column:]
+            for band in range(n_bands):
+                low, high = percentiles[:, band], percentiles[:, -band - 1]
+                label = f"{sigmas[band]:g}-{sigmas[-band - 1]:g} %ile"
+                alpha = 0.15 + 0.5 * (band + 1) / (n_bands + 1)
+                axes.fill_between(idxs, low, high, color="tab:blue", alpha=alpha, lw=0, label=label)
+            if len(sigmas) % 2:
+                axes.plot(idxs, percentiles[:, n_bands], color="navy", lw=1, label="median")
+            if mean is not None:
+                axes.plot(idxs, mean, color="tab:red", marker=self._marker, label="mean")
+            if std is not None:
+                center = mean if mean is not None else np.zeros_like(std)
+                name = "mean ± std" if mean is not None else "± std"
+                for sign in (1, -1):
+                    axes.plot(
+                        idxs,
+                        center + sign * std,
+                        color="tab:orange",
+                        ls="--",
+                        marker=self._marker,
+                        label=name if sign == 1 else None,
+                    )
+            axes.set_title(key)
+            axes.set_xlabel("iteration")
+            if self._grid:
+                axes.grid()
+        # One legend for all panels, beside them (the panels share their artists' labels).
+        handles, labels = axes_list[0].get_legend_handles_labels()
+        if handles:
+            figure.legend(handles, labels, loc="outside right upper", fontsize="small")
+
+    def _write(self, manager: ExtensionsManagerProtocol) -> None:
+        writer = self._writer if self._writer is not None else manager.writer
+        if writer is None:
+            return
+        filename = self._filename.format(epoch=manager.epoch, iteration=manager.iteration)
+        writer(filename, manager.out, self.render(), savefun=_write_bytes)
+
+    def finalize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Finalize the extension's own writer, if it was given one."""
+        if self._writer is not None:
+            self._writer.finalize()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the sampled statistics and the state of the plot trigger."""
+        return {
+            "reservoir": self._reservoir.state_dict(),
+            "plot_trigger": self._plot_trigger.state_dict(),
+        }
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`state_dict`."""
+        self._reservoir.load_state_dict(to_load["reservoir"])
+        self._plot_trigger.load_state_dict(to_load.get("plot_trigger", {}))

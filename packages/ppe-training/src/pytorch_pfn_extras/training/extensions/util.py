@@ -1,0 +1,124 @@
+"""A terminal progress bar redrawn in place, at PPE's public module path.
+
+Example:
+    >>> from pytorch_pfn_extras.training.extensions.util import ProgressBar
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import time
+from typing import IO, Any
+
+__all__ = [
+    "ProgressBar",
+]
+
+_N_TIMINGS = 10  # the speed is measured over the last calls
+
+
+class ProgressBar:
+    """A progress display redrawn in place on a terminal; subclasses give its lines.
+
+    :meth:`update` clears the lines drawn before, prints :meth:`get_lines` and moves the
+    cursor back up, so the next update overwrites them; :meth:`close` clears them for
+    good. On a stream that is not a terminal (a file, a pipe) each update is printed
+    below the previous one, without control characters.
+
+    Args:
+        out: Stream to print to; standard output (looked up at each print) by default.
+
+    Example:
+        >>> class Counter(ProgressBar):
+        ...     def __init__(self) -> None:
+        ...         super().__init__()
+        ...         self.count = 0
+        ...
+        ...     def get_lines(self) -> list[str]:
+        ...         return [f"{self.count} items"]
+        >>> bar = Counter()
+        >>> bar.count += 1
+        >>> bar.update()
+        >>> bar.close()
+    """
+
+    def __init__(self, out: IO[str] | None = None) -> None:
+        self._out = out
+        self._timings: collections.deque[tuple[int, float, float]] = collections.deque(
+            maxlen=_N_TIMINGS
+        )
+
+    @property
+    def out(self) -> IO[str]:
+        """The stream it prints to."""
+        return self._out if self._out is not None else sys.stdout
+
+    def _is_terminal(self) -> bool:
+        isatty = getattr(self.out, "isatty", None)
+        return callable(isatty) and bool(isatty())
+
+    def update_speed(self, iteration: int, epoch_detail: float) -> tuple[float, float]:
+        """Record the progress now; return the speed over the last calls.
+
+        Args:
+            iteration: Iterations done so far.
+            epoch_detail: Epochs done so far, with the fraction of the current one.
+
+        Returns:
+            ``(iterations per second, epochs per second)`` since the oldest of the last 10
+            calls; infinite when no time has passed since then (the first call).
+        """
+        now = time.perf_counter()
+        self._timings.append((iteration, epoch_detail, now))
+        old_iteration, old_epoch, old_time = self._timings[0]
+        span = now - old_time
+        if span <= 0:
+            return float("inf"), float("inf")
+        return (iteration - old_iteration) / span, (epoch_detail - old_epoch) / span
+
+    def get_lines(self) -> list[str]:
+        """Return the lines to draw (a trailing newline is added where missing).
+
+        Raises:
+            NotImplementedError: Always; subclasses implement it.
+        """
+        message = f"{type(self).__name__} must implement get_lines() to be drawn"
+        raise NotImplementedError(message)
+
+    def update(self, manager: Any = None) -> None:
+        """Draw the lines of :meth:`get_lines` over the previous ones.
+
+        Args:
+            manager: Ignored here; for subclasses that read the manager's progress before
+                drawing.
+        """
+        lines = [line if line.endswith("\n") else line + "\n" for line in self.get_lines()]
+        terminal = self._is_terminal()
+        if terminal:
+            self.erase_console()
+        self.out.write("".join(lines))
+        if terminal:
+            self.move_cursor_up(len(lines))
+        self.flush()
+
+    def close(self) -> None:
+        """Clear the lines drawn on a terminal."""
+        if self._is_terminal():
+            self.erase_console()
+        self.flush()
+
+    def erase_console(self) -> None:
+        """Clear the console from the cursor to the end of the screen."""
+        self.out.write("\x1b[J")
+
+    def move_cursor_up(self, n: int) -> None:
+        """Move the cursor ``n`` lines up (to the beginning of the line)."""
+        if n > 0:
+            self.out.write(f"\x1b[{n:d}A\r")
+
+    def flush(self) -> None:
+        """Flush the stream."""
+        flush = getattr(self.out, "flush", None)
+        if callable(flush):
+            flush()
