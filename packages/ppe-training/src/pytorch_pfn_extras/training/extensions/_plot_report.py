@@ -30,6 +30,29 @@ def _import_figure() -> Any:
     return Figure
 
 
+def plot_filename(owner: str, filename: str | None, default: str, kwargs: Mapping[str, Any]) -> str:
+    """Check a plotting extension's extra keywords and matplotlib; return its file name.
+
+    Raises:
+        TypeError: A keyword other than ``file_name`` and ``writer``.
+        ImportError: matplotlib is not installed.
+        ValueError: The file name is empty or not a string.
+    """
+    unknown = sorted(set(kwargs) - set(_KWARGS))
+    if unknown:
+        message = f"{owner} got unexpected keyword arguments {unknown}; accepted: {list(_KWARGS)}"
+        raise TypeError(message)
+    if not PlotReport.available():
+        message = f'{owner} needs matplotlib: pip install "ppe-training[plot]"'
+        raise ImportError(message)
+    if filename is None:
+        filename = kwargs.get("file_name", default)
+    if not isinstance(filename, str) or not filename:
+        message = f"{owner}: filename must be a non-empty string, got {filename!r}"
+        raise ValueError(message)
+    return filename
+
+
 def _write_bytes(data: bytes, fileobj: IO[bytes], **kwargs: Any) -> None:
     fileobj.write(data)
 
@@ -89,19 +112,7 @@ class PlotReport(Extension):
         grid: bool = True,
         **kwargs: Any,
     ) -> None:
-        unknown = sorted(set(kwargs) - set(_KWARGS))
-        if unknown:
-            message = (
-                f"PlotReport got unexpected keyword arguments {unknown}; accepted: {list(_KWARGS)}"
-            )
-            raise TypeError(message)
-        if not PlotReport.available():
-            raise ImportError(_MISSING)
-        if filename is None:
-            filename = kwargs.get("file_name", "plot.png")
-        if not isinstance(filename, str) or not filename:
-            message = f"PlotReport: filename must be a non-empty string, got {filename!r}"
-            raise ValueError(message)
+        filename = plot_filename("PlotReport", filename, "plot.png", kwargs)
         if y_keys is None:
             keys: tuple[str, ...] = ()
         elif isinstance(y_keys, str):

@@ -12,13 +12,16 @@ import torch
 
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
-from pytorch_pfn_extras.training.extensions._plot_report import PlotReport, _write_bytes
+from pytorch_pfn_extras.training.extensions._plot_report import (
+    PlotReport,
+    _write_bytes,
+    plot_filename,
+)
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
     from pytorch_pfn_extras.writing import Writer
 
-_KWARGS = ("file_name", "writer")
 _MISSING = 'VariableStatisticsPlot needs matplotlib: pip install "ppe-training[plot]"'
 _DEFAULT_SIGMAS = (0, 0.13, 2.28, 15.87, 50, 84.13, 97.72, 99.87, 100)
 
@@ -238,22 +241,7 @@ class VariableStatisticsPlot(Extension):
         grid: bool = True,
         **kwargs: Any,
     ) -> None:
-        unknown = sorted(set(kwargs) - set(_KWARGS))
-        if unknown:
-            message = (
-                f"VariableStatisticsPlot got unexpected keyword arguments {unknown}; "
-                f"accepted: {list(_KWARGS)}"
-            )
-            raise TypeError(message)
-        if not PlotReport.available():
-            raise ImportError(_MISSING)
-        if filename is None:
-            filename = kwargs.get("file_name", "statistics.png")
-        if not isinstance(filename, str) or not filename:
-            message = (
-                f"VariableStatisticsPlot: filename must be a non-empty string, got {filename!r}"
-            )
-            raise ValueError(message)
+        filename = plot_filename("VariableStatisticsPlot", filename, "statistics.png", kwargs)
         self._keys = tuple(
             key for key, chosen in (("data", report_data), ("grad", report_grad)) if chosen
         )
