@@ -26,6 +26,7 @@ __all__ = [
     "remove_stale_temporaries",
     "temporary_name",
     "write_atomic",
+    "write_in_place",
 ]
 
 SaveFun = Callable[..., Any]
@@ -197,3 +198,34 @@ def write_atomic(
         _discard(fs, tmp)
         raise
     _sync_dir(fs, directory)
+
+
+def write_in_place(path: str, data: bytes, offset: int | None = None) -> int:
+    """Write ``data`` into the local file ``path`` at ``offset`` (its end when ``None``).
+
+    The file is created if missing and truncated right after ``data`` when it
+    was longer, so ``offset`` also cuts off a torn or obsolete tail. The bytes
+    before ``offset`` are never read nor rewritten: the cost depends on
+    ``len(data)`` only. ``data`` is written with ``pwrite`` (no user-space
+    buffer), so once this returns it survives the death of the process; it is
+    not fsync'ed, so a power loss may lose it. A process killed during the
+    call may leave a prefix of ``data`` (a torn tail) that the next writer must
+    cut off by passing ``offset``.
+
+    Returns:
+        The offset just after ``data`` (the new size of the file).
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END) if offset is None else offset
+        view = memoryview(data)
+        end = start
+        while view:  # pwrite may write less than asked (large data, signals)
+            written = os.pwrite(fd, view, end)
+            view = view[written:]
+            end += written
+        if offset is not None and os.fstat(fd).st_size > end:
+            os.ftruncate(fd, end)
+    finally:
+        os.close(fd)
+    return end

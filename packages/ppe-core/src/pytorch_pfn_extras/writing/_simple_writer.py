@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from pytorch_pfn_extras.writing._fs import FileSystem
+from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
 from pytorch_pfn_extras.writing._writer_base import SaveFun, Writer, check_savefun
 
 __all__ = ["SimpleWriter"]
@@ -39,6 +39,11 @@ class SimpleWriter(Writer):
         super().__init__(fs=fs, out_dir=out_dir)
         self._savefun = check_savefun(savefun, "SimpleWriter")
         self._kwds = kwds
+
+    @property
+    def writes_in_place(self) -> bool:
+        """``True`` on the local filesystem, unless a subclass overrides ``__call__``."""
+        return type(self.fs) is LocalFileSystem and type(self).__call__ is SimpleWriter.__call__
 
     def __call__(
         self,

@@ -8,7 +8,12 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from pytorch_pfn_extras.writing._atomic import SaveFun, remove_stale_temporaries, write_atomic
+from pytorch_pfn_extras.writing._atomic import (
+    SaveFun,
+    remove_stale_temporaries,
+    write_atomic,
+    write_in_place,
+)
 from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
 
 __all__ = ["PostSaveHook", "SaveFun", "Writer", "check_savefun"]
@@ -158,6 +163,61 @@ class Writer(abc.ABC):
         self._scan(os.path.dirname(path))
         write_atomic(self.fs, path, target, savefun, append, savefun_kwargs)
         self._run_post_save_hooks(path)
+
+    @property
+    def writes_in_place(self) -> bool:
+        """Whether :meth:`write_in_place` is available (``False`` unless a subclass says so).
+
+        Only a synchronous writer on the local filesystem can write into a file
+        in place; :class:`SimpleWriter` does (when its ``fs`` is the
+        :class:`LocalFileSystem` and its ``__call__`` is not overridden).
+        """
+        return False
+
+    def write_in_place(
+        self, filename: str, out_dir: str, data: bytes, *, offset: int | None = None
+    ) -> int:
+        """Write ``data`` into ``out_dir/filename`` at ``offset`` now, without a rename.
+
+        The cost depends on ``len(data)`` only: earlier content is neither read
+        nor rewritten. The file is created if missing and cut right after
+        ``data`` when it was longer. This is not atomic like :meth:`save`: it
+        survives a killed process once it returns (``pwrite``, no buffer), but
+        a kill during the call may leave a prefix of ``data``, and without an
+        fsync a power loss may lose recent writes. Callers make their records
+        recognisable and pass ``offset`` to cut off a torn tail (``LogReport``
+        does). Post-save hooks run after the write.
+
+        Args:
+            filename: File name relative to ``out_dir``.
+            out_dir: Output directory; created if missing.
+            data: The bytes to write.
+            offset: Where to write them; the end of the file when ``None``.
+
+        Returns:
+            The offset just after ``data``.
+
+        Raises:
+            TypeError: The writer does not write in place (see :attr:`writes_in_place`).
+        """
+        if not self.writes_in_place:
+            message = (
+                f"{type(self).__name__} does not write in place (writes_in_place is False); "
+                "use writer(filename, out_dir, target, append=True)"
+            )
+            raise TypeError(message)
+        path = self._destination(filename, out_dir)
+        directory = os.path.dirname(path)
+        self._scan(directory)
+        try:
+            end = write_in_place(path, data, offset)
+        except FileNotFoundError:
+            if not directory:
+                raise
+            self.fs.makedirs(directory, exist_ok=True)
+            end = write_in_place(path, data, offset)
+        self._run_post_save_hooks(path)
+        return end
 
     def add_post_save_hook(self, hook: PostSaveHook) -> None:
         """Call ``hook(path)`` after each completed write of this writer.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
@@ -47,24 +48,102 @@ def _import_yaml() -> Any:
     return yaml
 
 
+def _encode_entry(entry: Mapping[str, Any], fmt: str) -> bytes:
+    """One record of a json-lines or yaml log: a single line ending with a newline."""
+    if fmt == "json-lines":
+        return json.dumps(entry, default=_json_default).encode() + b"\n"
+    yaml = _import_yaml()
+    plain = json.loads(json.dumps(entry, default=_json_default))
+    # A flow mapping on one line, so that a record is complete iff its newline is there.
+    text = str(yaml.safe_dump(plain, default_flow_style=True, width=math.inf, sort_keys=False))
+    if text.count("\n") != 1:  # a string holding a line break: quote every scalar
+        text = str(
+            yaml.safe_dump(
+                plain, default_flow_style=True, default_style='"', width=math.inf, sort_keys=False
+            )
+        )
+    return b"- " + text.encode()
+
+
+def _json_item(entry: Mapping[str, Any]) -> bytes:
+    """An entry as it appears inside the indented JSON array (without separators)."""
+    return json.dumps([entry], indent=4, default=_json_default)[2:-2].encode()
+
+
 def _encode(entries: list[dict[str, Any]], fmt: str) -> bytes:
     if fmt == "json":
-        return json.dumps(entries, indent=4, default=_json_default).encode()
-    if fmt == "json-lines":
-        return b"".join(
-            json.dumps(entry, default=_json_default).encode() + b"\n" for entry in entries
-        )
-    yaml = _import_yaml()
-    plain = json.loads(json.dumps(entries, default=_json_default))
-    return str(yaml.safe_dump(plain, default_flow_style=False, sort_keys=False)).encode()
+        if not entries:
+            return b"[]"
+        return b"[\n" + b",\n".join(_json_item(entry) for entry in entries) + b"\n]"
+    if fmt == "yaml" and not entries:
+        return b"[]\n"
+    return b"".join(_encode_entry(entry, fmt) for entry in entries)
 
 
-def _decode(data: bytes, fmt: str) -> list[Any]:
-    """The entries of an existing json-lines or yaml log (as raw lines or objects)."""
+def _records(data: bytes, fmt: str) -> list[tuple[int, bytes]]:
+    """The complete records of a json-lines or yaml log, as ``(end offset, record)``.
+
+    A record is complete when its final newline is there: a torn last record (a
+    process killed while writing it) is left out. A yaml record is a ``- `` line
+    and its indented continuation lines (the block style of older logs).
+    """
+    records: list[tuple[int, bytes]] = []
+    start = end = 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break
+        if not (fmt == "yaml" and line[:1] in (b" ", b"\t") and end > start):
+            if data[start:end].strip():
+                records.append((end, data[start:end]))
+            start = end
+        end += len(line)
+    if data[start:end].strip():
+        records.append((end, data[start:end]))
+    return [(stop, record) for stop, record in records if record.strip() != b"[]"]
+
+
+def _parse_record(record: bytes, fmt: str) -> Any:
     if fmt == "json-lines":
-        return [line + b"\n" for line in data.splitlines() if line.strip()]
-    loaded = _import_yaml().safe_load(data)
-    return list(loaded) if loaded else []
+        return json.loads(record)
+    loaded = _import_yaml().safe_load(record)
+    return loaded[0] if isinstance(loaded, list) and loaded else None
+
+
+def _parse_json_array(data: bytes) -> list[Any]:
+    """The complete entries of a JSON array log, also when its last write was torn."""
+    text = data.decode(errors="replace")
+    try:
+        loaded = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        return list(loaded) if isinstance(loaded, list) else []
+    decoder = json.JSONDecoder()
+    entries: list[Any] = []
+    position = text.find("[") + 1
+    while position > 0:
+        while position < len(text) and text[position] in " \t\r\n,":
+            position += 1
+        try:
+            entry, position = decoder.raw_decode(text, position)
+        except ValueError:
+            break
+        entries.append(entry)
+    return entries
+
+
+def _entry_iteration(entry: Any) -> int | None:
+    value = entry.get("iteration") if isinstance(entry, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _read_log(path: str | os.PathLike[str], format: str | None = None) -> list[Any]:
+    fmt = _infer_format(os.fspath(path)) if format is None else format
+    with open(path, "rb") as f:
+        data = f.read()
+    if fmt == "json":
+        return _parse_json_array(data)
+    return [_parse_record(record, fmt) for _, record in _records(data, fmt)]
 
 
 def _write_bytes(data: bytes, fileobj: IO[bytes], **kwargs: Any) -> None:
@@ -163,6 +242,12 @@ class LogReport(Extension):
         self._summary = DictSummary()
         self._n_written = 0
         self._check_file = False
+        self._iteration = 0
+        # In-place writing: offset of the next entry (of the closing "\n]" for json) in the
+        # file, None until this process first writes; what to keep of the file on resume.
+        self._end: int | None = None
+        self._resume_iteration: int | None = None
+        self._resume_count: int | None = None
 
     @property
     def log(self) -> list[dict[str, Any]]:
@@ -172,6 +257,7 @@ class LogReport(Extension):
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Accumulate the observation; emit an entry when the log trigger fires."""
         observation = manager.observation
+        self._iteration = manager.iteration
         keys = self._keys
         if keys is None:
             self._summary.add(observation)
@@ -199,6 +285,12 @@ class LogReport(Extension):
             return
         filename = self._filename.format(**entry)
         out = manager.out
+        # In place (the cost of one entry) with the default local writer and one file;
+        # a whole-file atomic write or a writer append with any other writer.
+        if "{" not in self._filename and getattr(writer, "writes_in_place", False):
+            self._write_in_place(writer, filename, out, entry)
+            self._n_written += 1
+            return
         savefun = functools.partial(_write_entries, fmt=self._format)
         if not self._append:
             writer(filename, out, self._log, savefun=savefun)
@@ -213,19 +305,61 @@ class LogReport(Extension):
             writer(filename, out, [entry], savefun=savefun, append=True)
         self._n_written += 1
 
+    def _write_in_place(
+        self, writer: Writer, filename: str, out: str, entry: dict[str, Any]
+    ) -> None:
+        if self._end is None:
+            self._end = self._start_file(writer, filename, out, entry)
+        elif self._format == "json":
+            # Overwrite the closing "\n]" with the next item and a new "\n]", in one write.
+            data = b",\n" + _json_item(entry) + b"\n]"
+            self._end = writer.write_in_place(filename, out, data, offset=self._end) - 2
+        else:
+            data = _encode_entry(entry, self._format)
+            self._end = writer.write_in_place(filename, out, data, offset=self._end)
+
+    def _start_file(self, writer: Writer, filename: str, out: str, entry: dict[str, Any]) -> int:
+        """First write of this process: set the file up; return where the next entry goes."""
+        if not self._append:
+            # The log (of the snapshot, when resuming) replaces the file atomically; this
+            # also repairs a file torn by a killed process.
+            data = _encode(self._log, self._format)
+            writer(filename, out, data, savefun=_write_bytes)
+            return len(data) - 2 if self._format == "json" else len(data)
+        # Append mode: keep the complete records (up to the snapshot when resuming) and cut
+        # off the rest (a torn record, entries written after the snapshot) by writing there.
+        path = os.path.join(out, filename)
+        keep = 0
+        if writer.fs.exists(path):
+            with writer.fs.open(path, "rb") as f:
+                keep = self._kept_length(f.read())
+        self._resume_iteration = self._resume_count = None
+        return writer.write_in_place(filename, out, _encode_entry(entry, self._format), offset=keep)
+
+    def _kept_length(self, data: bytes) -> int:
+        records = _records(data, self._format)
+        if self._resume_count is not None:  # a snapshot of an older version: count entries
+            records = records[: self._resume_count]
+        elif self._resume_iteration is not None:
+            while records:
+                iteration = _entry_iteration(_parse_record(records[-1][1], self._format))
+                if iteration is None or iteration <= self._resume_iteration:
+                    break
+                records.pop()
+        return records[-1][0] if records else 0
+
     def _entries_before_resume(self, writer: Writer, path: str) -> bytes | None:
         """The file's content up to the snapshot, if entries were written after it."""
         fs = writer.fs
         if not fs.exists(path):
             return b""
         with fs.open(path, "rb") as f:
-            entries = _decode(f.read(), self._format)
-        if len(entries) <= self._n_written:
+            data: bytes = f.read()
+        length = self._kept_length(data)
+        self._resume_iteration = self._resume_count = None
+        if length == len(data):
             return None
-        kept = entries[: self._n_written]
-        if self._format == "json-lines":
-            return b"".join(kept)
-        return _encode(kept, self._format)
+        return data[:length]
 
     def initialize(self, manager: ExtensionsManagerProtocol) -> None:
         """Initialize the extension's own writer, if it was given one."""
@@ -244,6 +378,7 @@ class LogReport(Extension):
             "summary": self._summary.state_dict(),
             "log_trigger": self._log_trigger.state_dict(),
             "n_written": self._n_written,
+            "iteration": self._iteration,
         }
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
@@ -253,8 +388,33 @@ class LogReport(Extension):
         self._summary.load_state_dict(to_load["summary"])
         self._log_trigger.load_state_dict(to_load.get("log_trigger", {}))
         self._n_written = int(to_load.get("n_written", len(self._log)))
-        # Entries appended after the snapshot are dropped on the next write (one file only).
+        self._iteration = int(to_load.get("iteration", 0))
+        # Entries appended after the snapshot are dropped on the next write (one file only):
+        # those after its iteration, or after its first n_written for an older snapshot.
         self._check_file = self._append and "{" not in self._filename
+        self._end = None
+        if "iteration" in to_load:
+            self._resume_iteration, self._resume_count = self._iteration, None
+        else:
+            self._resume_iteration, self._resume_count = None, self._n_written
+
+    @staticmethod
+    def read(path: str | os.PathLike[str], format: str | None = None) -> list[Any]:
+        """Read a log file written by a LogReport, ignoring a torn last entry.
+
+        A process killed while writing an entry may leave part of it at the end
+        of the file; this returns every complete entry (a resumed run cuts the
+        torn part off before writing again).
+
+        Args:
+            path: The log file.
+            format: ``'json'``, ``'json-lines'`` or ``'yaml'``; inferred from the
+                file name when ``None`` (``.jsonl``, ``.yaml``, else ``'json'``).
+
+        Example:
+            >>> entries = LogReport.read("result/log.jsonl")
+        """
+        return _read_log(path, format)
 
     def to_dataframe(self) -> pandas.DataFrame:
         """Return the log as a :class:`pandas.DataFrame` (needs pandas).

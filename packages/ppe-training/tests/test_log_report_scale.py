@@ -1,0 +1,188 @@
+"""LogReport at scale: each write costs one entry, survives SIGKILL, and resumes exactly."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pytorch_pfn_extras import reporting
+from pytorch_pfn_extras.training import ExtensionsManager
+from pytorch_pfn_extras.training.extensions import LogReport
+
+KILLS = 6
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MODES = [
+    ("log.json", False),
+    ("log.jsonl", False),
+    ("log.yaml", False),
+    ("log.jsonl", True),
+    ("log.yaml", True),
+]
+
+
+def _strict_load(path: Path) -> list[Any]:
+    text = path.read_text()
+    if path.suffix == ".json":
+        return list(json.loads(text))
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines()]
+    return list(yaml.load(text, Loader=_YAML_LOADER) or [])
+
+
+def _manager(out: Path, log_report: LogReport) -> ExtensionsManager:
+    manager = ExtensionsManager({}, {}, 10**6, iters_per_epoch=7, out_dir=str(out))
+    manager.extend(log_report)
+    return manager
+
+
+def _step(manager: ExtensionsManager, keys: int = 2) -> None:
+    with manager.run_iteration():
+        i = manager.iteration + 1
+        reporting.report({f"value{j}": float(i * (j + 1) % 11) for j in range(keys)})
+
+
+def _without_times(entries: list[Any]) -> list[Any]:
+    return [{k: v for k, v in e.items() if k != "elapsed_time"} for e in entries]
+
+
+@pytest.mark.parametrize(("filename", "append"), MODES)
+def test_file_is_valid_and_complete_after_every_write(
+    tmp_path: Path, filename: str, append: bool
+) -> None:
+    log_report = LogReport(filename=filename, append=append, trigger=(1, "iteration"))
+    manager = _manager(tmp_path, log_report)
+    path = tmp_path / filename
+    for _ in range(40):
+        _step(manager)
+        assert _strict_load(path) == log_report.log
+        assert LogReport.read(path) == log_report.log
+    assert os.listdir(tmp_path) == [filename]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs /proc/self/io (Linux)")
+@pytest.mark.parametrize(("filename", "append"), MODES)
+def test_a_write_costs_one_entry_whatever_the_length_of_the_log(
+    tmp_path: Path, filename: str, append: bool
+) -> None:
+    def bytes_written() -> int:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
+    log_report = LogReport(filename=filename, append=append, trigger=(1, "iteration"))
+    manager = _manager(tmp_path, log_report)
+    path = tmp_path / filename
+    _step(manager)
+    inode = path.stat().st_ino
+    costs = []
+    for _ in range(600):
+        size, before = path.stat().st_size, bytes_written()
+        _step(manager)
+        costs.append((bytes_written() - before, path.stat().st_size - size))
+    # The bytes written are about those the file grew by, the same at entry 10 and 600.
+    for written, grown in costs[5:]:
+        assert grown - 16 <= written <= grown + 16, (written, grown)
+    assert costs[-1][0] <= costs[8][0] + 16
+    assert path.stat().st_ino == inode  # never replaced by a rewritten copy
+    # Earlier content is never rewritten: a mark made in place survives later writes.
+    marked = path.read_bytes().replace(b"value0", b"VALUE0", 1)
+    path.write_bytes(marked)
+    for _ in range(3):
+        _step(manager)
+    assert path.read_bytes().startswith(marked[:-2])  # "\n]" of json is overwritten
+
+
+def _killed_child(out: str, filename: str, append: bool, fd: int) -> None:
+    log_report = LogReport(filename=filename, append=append, trigger=(1, "iteration"))
+    manager = _manager(Path(out), log_report)
+    while True:
+        _step(manager, keys=150)  # entries of several KiB: writes span pages and can tear
+        os.write(fd, f"{manager.iteration}\n".encode())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize(("filename", "append"), MODES)
+def test_sigkill_at_random_points_keeps_every_completed_entry(
+    tmp_path: Path, filename: str, append: bool
+) -> None:
+    context = multiprocessing.get_context("fork")
+    rng = random.Random(filename + str(append))
+    path = tmp_path / filename
+    before: list[Any] = []
+    torn = 0
+    for _ in range(KILLS):
+        read_fd, write_fd = os.pipe()
+        child = context.Process(
+            target=_killed_child, args=(str(tmp_path), filename, append, write_fd)
+        )
+        child.start()
+        os.close(write_fd)
+        time.sleep(rng.uniform(0.1, 0.4))
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        with os.fdopen(read_fd, "rb") as pipe:
+            done = [int(line) for line in pipe.read().split(b"\n")[:-1]]
+        assert done, "the child was killed before its first write"
+        if not path.exists():
+            continue
+        try:
+            _strict_load(path)
+        except ValueError:
+            torn += 1
+        entries = LogReport.read(path)
+        # A fresh run replaces the log; append mode keeps every earlier complete entry.
+        kept = before if append else []
+        assert entries[: len(kept)] == kept
+        iterations = [entry["iteration"] for entry in entries[len(kept) :]]
+        assert iterations in (list(range(1, done[-1] + 1)), list(range(1, done[-1] + 2)))
+        before = entries
+    print(f"{filename} append={append}: {torn} torn files of {KILLS} kills")
+
+
+def _states_through(
+    out: Path, filename: str, append: bool, stop: int, *, snapshot_at: int | None = None
+) -> tuple[LogReport, dict[str, Any] | None]:
+    log_report = LogReport(filename=filename, append=append, trigger=(2, "iteration"))
+    manager = _manager(out, log_report)
+    state = None
+    for _ in range(stop):
+        _step(manager)
+        if manager.iteration == snapshot_at:
+            state = manager.state_dict()
+    return log_report, state
+
+
+@pytest.mark.parametrize("resume_at", [1, 6, 13])
+@pytest.mark.parametrize("torn", [False, True])
+@pytest.mark.parametrize(("filename", "append"), MODES)
+def test_resume_after_entries_past_the_snapshot_equals_an_uninterrupted_run(
+    tmp_path: Path, filename: str, append: bool, torn: bool, resume_at: int
+) -> None:
+    _states_through(tmp_path / "a", filename, append, 30)
+    # The killed run went on past its snapshot, and may have died in the middle of a write.
+    _, state = _states_through(tmp_path / "b", filename, append, 21, snapshot_at=resume_at)
+    assert state is not None
+    path = tmp_path / "b" / filename
+    if torn:
+        data = path.read_bytes()
+        path.write_bytes(data[:-7] if filename.endswith(".json") else data + data[:9])
+    log_report = LogReport(filename=filename, append=append, trigger=(2, "iteration"))
+    manager = _manager(tmp_path / "b", log_report)
+    manager.load_state_dict(state)
+    for _ in range(30 - resume_at):
+        _step(manager)
+    expected = _without_times(_strict_load(tmp_path / "a" / filename))
+    assert [e["iteration"] for e in expected] == list(range(2, 31, 2))
+    assert _without_times(_strict_load(path)) == expected
+    if not append:
+        assert _without_times(log_report.log) == expected
