@@ -137,23 +137,24 @@ def test_integer_parameters_get_statistics_too(tmp_path: Any) -> None:
     assert got == pytest.approx(reference)
 
 
-def test_report_is_the_mean_over_the_trigger_interval(tmp_path: Any) -> None:
+def test_statistics_are_those_of_the_parameters_when_the_trigger_fires(tmp_path: Any) -> None:
     model = _model()
     log = LogReport(trigger=(3, "iteration"))
-    manager = _manager(
-        model, tmp_path, ParameterStatistics(model, trigger=(3, "iteration")), log, lr=0.1
-    )
+    calls: list[int] = []
+    stats = ParameterStatistics(model, trigger=(3, "iteration"))
+    manager = _manager(model, tmp_path, stats, log, lr=0.1)
+    manager.extend(lambda m: calls.append(m.iteration), name="spy", trigger=(1, "iteration"))
     seen: list[dict[str, float]] = []
     for _ in range(6):
         _step(manager, model, {})
         # The extension ran after the optimizer step: these are the values it saw.
         seen.append(_reference(_last_bias(model).detach().numpy()))
     assert [entry["iteration"] for entry in log.log] == [3, 6]
-    for entry, interval in zip(log.log, (seen[:3], seen[3:])):
+    for entry, current in zip(log.log, (seen[2], seen[5])):
         for stat in DEFAULT_NAMES:
-            expected = sum(s[stat] for s in interval) / 3
-            assert entry[f"2.bias/data/{stat}"] == pytest.approx(expected, rel=1e-6, abs=1e-7)
+            assert entry[f"2.bias/data/{stat}"] == pytest.approx(current[stat], rel=1e-6, abs=1e-7)
     assert seen[0]["mean"] != seen[2]["mean"]  # the parameters did change
+    assert stats.trigger == (3, "iteration")  # it runs only at its trigger
 
 
 def test_keys_use_prefix_and_link_names(tmp_path: Any) -> None:
@@ -233,34 +234,6 @@ def test_skip_nan_params_reports_nan_for_the_tensor_with_nan_only(tmp_path: Any)
     bias = _reference(model.bias.detach().numpy())
     for stat in DEFAULT_NAMES:
         assert observation[f"skip/bias/data/{stat}"] == pytest.approx(bias[stat], abs=1e-7)
-
-
-def test_parameter_statistics_partial_interval_survives_a_snapshot(tmp_path: Any) -> None:
-    def run(out: Any, stop: int | None, *, resume: bool = False) -> LogReport:
-        model = _model()
-        log = LogReport(trigger=(4, "iteration"))
-        stats = ParameterStatistics(model, statistics=["mean", "max"], trigger=(4, "iteration"))
-        manager = _manager(
-            model,
-            out,
-            stats,
-            log,
-            (snapshot(autoload=resume), (1, "iteration")),
-            lr=0.1,
-            iters_per_epoch=4,
-        )
-        while not manager.stop_trigger and (stop is None or manager.iteration < stop):
-            _step(manager, model, {})
-        return log
-
-    expected = run(tmp_path / "whole", None).log
-    run(tmp_path / "resumed", 6)
-    resumed = run(tmp_path / "resumed", None, resume=True).log
-    assert [e["iteration"] for e in resumed] == [4, 8]
-    for got, want in zip(resumed, expected):
-        for key in want:
-            if "/" in key:
-                assert got[key] == pytest.approx(want[key], rel=1e-12), key
 
 
 @pytest.mark.parametrize(

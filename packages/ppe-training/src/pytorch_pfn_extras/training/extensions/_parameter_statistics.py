@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 import torch
 
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
-from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
+from pytorch_pfn_extras.training._trigger_util import TriggerLike
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
@@ -130,23 +130,15 @@ def _statistic_functions(statistics: Any) -> dict[str, StatisticFn]:
     return functions
 
 
-class _Interval(NamedTuple):
-    """Sum of the stacked statistics of one target over the interval, and their keys."""
-
-    keys: list[str]
-    total: torch.Tensor
-    n: int
-
-
 class ParameterStatistics(Extension):
     """An extension to report parameter statistics.
 
-    At every iteration, each statistic function is applied to every parameter of ``links``
-    (flattened to one dimension) and to its gradient; when ``trigger`` fires, the means over
-    the interval are reported into the observation (the extension has the writer priority,
-    so a :class:`~pytorch_pfn_extras.training.extensions.LogReport` logs them). Everything
-    stays on the parameters' device: one stacked vector of statistics per tensor, summed
-    over the interval, and no synchronization.
+    When its trigger fires, each statistic function is applied to every parameter of
+    ``links`` (flattened to one dimension) and to its gradient, as they are at that moment,
+    and the values are reported into the observation (the extension has the writer
+    priority, so a :class:`~pytorch_pfn_extras.training.extensions.LogReport` logs them).
+    Nothing runs between triggers, and the values stay tensors on the parameters' device
+    (no synchronization): the cost is paid once per trigger.
 
     Keys are ``<prefix>/<link name>/<param name>/<data|grad>/<statistic>``, e.g.
     ``'stats/encoder/fc1.weight/grad/mean'``; the prefix is omitted when ``None``, the link
@@ -165,7 +157,7 @@ class ParameterStatistics(Extension):
         report_grads: Report the statistics of the gradients (parameters without gradient
             are skipped).
         prefix: Prefix of the report keys.
-        trigger: When to report the means of the interval; one epoch by default.
+        trigger: When to compute and report the statistics; one epoch by default.
         skip_nan_params: Report NaN for every statistic of a tensor containing NaN instead
             of computing them (the keys stay the same, so logs keep their columns).
 
@@ -179,7 +171,7 @@ class ParameterStatistics(Extension):
         >>> manager.extend(extensions.ParameterStatistics(model, prefix="stats"))
     """
 
-    trigger: TriggerLike = (1, "iteration")
+    trigger: TriggerLike = (1, "epoch")
     priority = PRIORITY_WRITER
     needs_model_state = True
 
@@ -194,7 +186,7 @@ class ParameterStatistics(Extension):
         skip_nan_params: bool = False,
     ) -> None:
         self._statistics = _statistic_functions(statistics)
-        self._report_trigger = get_trigger(trigger)
+        self.trigger = trigger
         self._skip_nan_params = skip_nan_params
         attrs = [attr for attr, on in (("data", report_params), ("grad", report_grads)) if on]
         self._targets: list[_Target] = []
@@ -210,7 +202,6 @@ class ParameterStatistics(Extension):
                     raise ValueError(message)
                 seen.add(base)
                 self._targets.extend(_Target(f"{base}/{attr}", parameter, attr) for attr in attrs)
-        self._intervals: dict[str, _Interval] = {}
 
     def register_statistics(self, name: str, function: StatisticFn) -> None:
         """Add (or replace) the statistic ``name``, a function of a 1-D tensor."""
@@ -239,47 +230,15 @@ class ParameterStatistics(Extension):
         return suffixes, stacked
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
-        """Accumulate the statistics; report the interval's means when the trigger fires."""
+        """Compute the statistics of the current parameters and gradients, and report them."""
+        report: dict[str, Any] = {}
         with torch.no_grad():
             for target in self._targets:
                 tensor = target.parameter if target.attr == "data" else target.parameter.grad
                 if tensor is None:
                     continue
                 suffixes, stacked = self._compute(tensor)
-                keys = [f"{target.key}/{suffix}" for suffix in suffixes]
-                interval = self._intervals.get(target.key)
-                if interval is None or interval.keys != keys:
-                    self._intervals[target.key] = _Interval(keys, stacked, 1)
-                else:
-                    total = interval.total + stacked
-                    self._intervals[target.key] = _Interval(keys, total, interval.n + 1)
-        if self._report_trigger(manager):
-            report: dict[str, Any] = {}
-            for interval in self._intervals.values():
-                means = interval.total / interval.n
-                report.update(zip(interval.keys, means.unbind()))
-            self._intervals = {}
-            manager.reporter.report(report)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Return the partial interval (as Python numbers) and the trigger's state."""
-        return {
-            "intervals": {
-                key: {"keys": list(i.keys), "total": i.total.tolist(), "count": i.n}
-                for key, i in self._intervals.items()
-            },
-            "report_trigger": self._report_trigger.state_dict(),
-        }
-
-    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
-        """Restore a state returned by :meth:`state_dict`."""
-        devices = {target.key: target.parameter.device for target in self._targets}
-        self._intervals = {
-            key: _Interval(
-                list(state["keys"]),
-                torch.tensor(state["total"], dtype=torch.float64, device=devices.get(key)),
-                int(state["count"]),
-            )
-            for key, state in to_load.get("intervals", {}).items()
-        }
-        self._report_trigger.load_state_dict(to_load.get("report_trigger", {}))
+                report.update(
+                    zip([f"{target.key}/{suffix}" for suffix in suffixes], stacked.unbind())
+                )
+        manager.reporter.report(report)
