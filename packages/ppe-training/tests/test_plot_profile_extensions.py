@@ -18,7 +18,7 @@ import pytorch_pfn_extras.training
 from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.profiler import get_time_summary, load_chrome_trace_as_json, record
 from pytorch_pfn_extras.training import ExtensionsManager
-from pytorch_pfn_extras.training.extensions import LogReport
+from pytorch_pfn_extras.training.extensions import LogReport, snapshot
 from pytorch_pfn_extras.training.extensions.profile_report import ProfileReport
 from pytorch_pfn_extras.training.extensions.timeline_trace import TimelineTrace
 from pytorch_pfn_extras.training.extensions.variable_statistics_plot import (
@@ -81,8 +81,8 @@ def test_reservoir_keeps_a_uniform_sample_of_bounded_size() -> None:
     assert idxs.tolist() == [0, 1, 2, 3, 4]
     np.testing.assert_array_equal(data[:, 0], idxs)
     counts = np.zeros(100)
-    for _ in range(200):
-        reservoir = Reservoir(10, data_shape=(1,))
+    for run in range(200):
+        reservoir = Reservoir(10, data_shape=(1,), seed=run)
         for i in range(100):
             reservoir.add([i], idx=i)
         idxs, data = reservoir.get_data()
@@ -92,6 +92,26 @@ def test_reservoir_keeps_a_uniform_sample_of_bounded_size() -> None:
     # Each item is kept with probability 0.1: 20 times on average over 200 runs.
     assert counts[:50].mean() == pytest.approx(20, rel=0.25)
     assert counts[50:].mean() == pytest.approx(20, rel=0.25)
+
+
+def test_reservoir_sample_is_reproducible_and_resumes_through_torch_load(tmp_path: Any) -> None:
+    def stream(reservoir: Reservoir, items: range) -> None:
+        for i in items:
+            reservoir.add([i], idx=i)
+
+    whole = Reservoir(10, data_shape=(1,))
+    stream(whole, range(300))
+    again = Reservoir(10, data_shape=(1,))
+    stream(again, range(300))
+    assert whole.get_data()[0].tolist() == again.get_data()[0].tolist()
+
+    first = Reservoir(10, data_shape=(1,))
+    stream(first, range(120))
+    torch.save(first.state_dict(), tmp_path / "reservoir.pt")
+    resumed = Reservoir(10, data_shape=(1,))
+    resumed.load_state_dict(torch.load(tmp_path / "reservoir.pt", weights_only=True))
+    stream(resumed, range(120, 300))
+    assert resumed.get_data()[0].tolist() == whole.get_data()[0].tolist()
 
 
 def test_statistics_are_means_over_tensors_of_numpy_statistics() -> None:
@@ -303,3 +323,34 @@ def test_timeline_trace_enable_disable_triggers_and_state(tmp_path: Path) -> Non
 
 def test_subpackages_import_explicitly() -> None:
     assert pytorch_pfn_extras.training.ExtensionsManager is ExtensionsManager
+
+
+def test_variable_statistics_plot_resumes_from_an_autoloaded_snapshot(tmp_path: Any) -> None:
+    def run(stop: int | None) -> VariableStatisticsPlot:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        plot = VariableStatisticsPlot(model, max_sample_size=3)
+        manager = ExtensionsManager(
+            model,
+            optimizer,
+            3,
+            iters_per_epoch=4,
+            out_dir=tmp_path / ("whole" if stop is None and not runs else "resumed"),
+            extensions=[plot, snapshot(autoload=True)],
+        )
+        while not manager.stop_trigger and (stop is None or manager.iteration < stop):
+            with manager.run_iteration():
+                optimizer.zero_grad()
+                model(torch.ones(1, 2) * manager.iteration).sum().backward()
+                optimizer.step()
+        runs.append(stop)
+        return plot
+
+    runs: list[int | None] = []
+    whole = run(None)
+    run(4)  # snapshot at the end of epoch 1 (weights_only loading of the reservoir's state)
+    resumed = run(None)
+    (i1, d1), (i2, d2) = whole._reservoir.get_data(), resumed._reservoir.get_data()
+    assert i1.tolist() == i2.tolist()
+    np.testing.assert_allclose(d1, d2)

@@ -53,10 +53,14 @@ class Reservoir:
     a kept item chosen uniformly, so every item of the stream is in the sample with the same
     probability.
 
+    The random choices come from a generator seeded with ``seed``, and its state is part of
+    :meth:`state_dict`: the same stream gives the same sample, also across a resume.
+
     Args:
         size: Largest number of items kept.
         data_shape: Shape of one item.
         dtype: NumPy dtype of the items.
+        seed: Seed of the sampling's random generator.
 
     Example:
         >>> reservoir = Reservoir(100, data_shape=(3,))
@@ -64,7 +68,9 @@ class Reservoir:
         >>> idxs, data = reservoir.get_data()
     """
 
-    def __init__(self, size: int, data_shape: tuple[int, ...], dtype: Any = np.float32) -> None:
+    def __init__(
+        self, size: int, data_shape: tuple[int, ...], dtype: Any = np.float32, seed: int = 0
+    ) -> None:
         if type(size) is not int or size < 1:
             message = f"Reservoir: size must be a positive int, got {size!r}"
             raise ValueError(message)
@@ -72,20 +78,34 @@ class Reservoir:
         self.data: FloatArray = np.zeros((size, *data_shape), dtype=dtype)
         self.idxs: npt.NDArray[np.int64] = np.zeros((size,), dtype=np.int64)
         self.counter = 0
-        self._rng = np.random.default_rng()
+        self._rng = np.random.default_rng(seed)
 
-    def add(self, x: Any, idx: int | None = None) -> None:
-        """Offer the item ``x`` with the index ``idx`` (the number of items seen when ``None``)."""
+    def next_slot(self) -> int | None:
+        """Count one more item of the stream; return the slot it goes to, ``None`` if dropped.
+
+        Lets a caller skip computing an item the sample would not keep; fill the slot with
+        :meth:`put`.
+        """
         if self.counter < self.size:
-            slot = self.counter
+            slot: int | None = self.counter
         else:
             slot = int(self._rng.integers(0, self.counter + 1))
             if slot >= self.size:
-                self.counter += 1
-                return
-        self.data[slot] = np.asarray(x)
-        self.idxs[slot] = self.counter if idx is None else idx
+                slot = None
         self.counter += 1
+        return slot
+
+    def put(self, slot: int, x: Any, idx: int) -> None:
+        """Store the item ``x`` with the index ``idx`` in ``slot`` (from :meth:`next_slot`)."""
+        self.data[slot] = np.asarray(x)
+        self.idxs[slot] = idx
+
+    def add(self, x: Any, idx: int | None = None) -> None:
+        """Offer the item ``x`` with the index ``idx`` (the number of items seen when ``None``)."""
+        index = self.counter if idx is None else idx
+        slot = self.next_slot()
+        if slot is not None:
+            self.put(slot, x, index)
 
     def get_data(self) -> tuple[npt.NDArray[np.int64], FloatArray]:
         """Return ``(indices, items)`` of the sample, ordered by index."""
@@ -94,13 +114,22 @@ class Reservoir:
         return self.idxs[:n][order], self.data[:n][order]
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the sample and the number of items seen."""
+        """Return the sample, the number of items seen and the generator's state (loadable
+        with ``torch.load(weights_only=True)``)."""
         n = min(self.counter, self.size)
-        return {"counter": self.counter, "idxs": self.idxs[:n].tolist(), "data": self.data[:n]}
+        return {
+            "counter": self.counter,
+            "idxs": self.idxs[:n].tolist(),
+            "data": torch.from_numpy(self.data[:n].copy()),
+            "rng": self._rng.bit_generator.state,
+        }
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
         """Restore a state returned by :meth:`state_dict`."""
-        data = np.asarray(to_load["data"], dtype=self.data.dtype)
+        data = to_load["data"]
+        if isinstance(data, torch.Tensor):
+            data = data.numpy()
+        data = np.asarray(data, dtype=self.data.dtype)
         n = len(data)
         if n > self.size or data.shape[1:] != self.data.shape[1:]:
             message = (
@@ -110,6 +139,8 @@ class Reservoir:
         self.data[:n] = data
         self.idxs[:n] = np.asarray(to_load["idxs"], dtype=np.int64)
         self.counter = int(to_load["counter"])
+        if "rng" in to_load:
+            self._rng.bit_generator.state = dict(to_load["rng"])
 
 
 class Statistician:
@@ -183,10 +214,11 @@ def _tensors(targets: Any) -> list[torch.Tensor]:
 class VariableStatisticsPlot(Extension):
     """An extension to plot statistics of parameters and of their gradients.
 
-    Each time it runs (every iteration) it computes, for each target tensor (the parameters
-    of a module), the mean, the standard deviation and the percentiles of its values and of
-    its gradient, averages them over the tensors, and offers them to a :class:`Reservoir`
-    of ``max_sample_size`` iterations, so memory stays bounded. When ``trigger`` fires, it
+    It runs every iteration and keeps a uniform sample of at most ``max_sample_size``
+    iterations (a :class:`Reservoir`, so memory stays bounded); for each iteration the sample
+    keeps, it computes, for each target tensor (the parameters of a module), the mean, the
+    standard deviation and the percentiles of its values and of its gradient, and averages
+    them over the tensors (iterations that are not kept cost nothing). When ``trigger`` fires, it
     draws one panel per kind (``data``, ``grad``): the percentiles as shaded bands
     (symmetric pairs, darker towards the median), the median, and the mean and
     mean ± std as lines, against the iteration, and writes the PNG through the manager's
@@ -288,10 +320,15 @@ class VariableStatisticsPlot(Extension):
         return np.concatenate(parts)
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
-        """Sample the statistics; write the plot when the trigger fires."""
-        stats = self.statistics()
-        row = np.stack([self._row(stats[key]) for key in self._keys])
-        self._reservoir.add(row, idx=manager.iteration)
+        """Sample the statistics; write the plot when the trigger fires.
+
+        The statistics are computed only for the iterations the sample keeps.
+        """
+        slot = self._reservoir.next_slot()
+        if slot is not None:
+            stats = self.statistics()
+            row = np.stack([self._row(stats[key]) for key in self._keys])
+            self._reservoir.put(slot, row, manager.iteration)
         if self._plot_trigger(manager):
             self._write(manager)
 
