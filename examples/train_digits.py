@@ -2,18 +2,23 @@
 
 Trains an MLP on the 1,797 8x8 handwritten digits embedded in ``examples/data`` with the
 trainer engine (``ppe.engine.create_trainer`` and ``create_evaluator``, ppe-training), its
-hyper-parameters from ``examples/config/digits.yaml`` (ppe-config) and the data served by a
-``TabularDataset`` (ppe-dataset). The model returns a dict holding its ``loss``: the default
-logic backpropagates from it and steps the optimizer; the evaluator reports the validation loss
-and, through ``AccuracyMetric``, the accuracy over the whole validation set. It writes to
-``--out``:
+hyper-parameters and learning-rate schedule from ``examples/config/digits.yaml`` (ppe-config)
+and the data served by a ``TabularDataset`` (ppe-dataset). The model returns a dict holding its
+``loss``: the default logic backpropagates from it and steps the optimizer; the evaluator reports
+the validation loss and, through ``AccuracyMetric``, the accuracy over the whole validation set;
+the ``LRScheduler`` extension steps the config's scheduler once an epoch. It writes to ``--out``:
 
-- ``log``: the LogReport (JSON), with ``train/loss``, ``train/accuracy``, ``val/loss`` and
-  ``val/accuracy`` per epoch;
-- ``loss.png``, ``accuracy.png``: PlotReport figures;
+- ``log``: the LogReport (JSON), with ``train/loss``, ``train/accuracy``, ``val/loss``,
+  ``val/accuracy``, the learning rate ``lr`` (``observe_lr``) and the ``ParameterStatistics`` of
+  every parameter and gradient (``stats/net.0.weight/grad/std``...) per epoch;
+- ``loss.png``, ``accuracy.png``: PlotReport figures; ``statistics.png``: the
+  VariableStatisticsPlot of the parameters and gradients over the iterations;
 - ``snapshot_iter_<N>``: snapshots (the two newest); running the script again resumes from the
   newest one, exactly where the previous run stopped (the trainer's snapshots carry the random
-  states, so the resumed run shuffles and drops out as an uninterrupted one would).
+  states, so the resumed run shuffles and drops out as an uninterrupted one would; the
+  scheduler and every extension's state are in them too).
+
+At the end it prints the final and the best validation accuracy (``MaxValue``) with its epoch.
 
 Usage: ``python examples/train_digits.py --out result [--config PATH] [--epochs N] [--quiet]
 [--min-accuracy A]``; exits with 1 when the final validation accuracy is below ``A`` (0.9).
@@ -36,6 +41,7 @@ from pytorch_pfn_extras.config import Config
 from pytorch_pfn_extras.dataset.tabular import from_data
 from pytorch_pfn_extras.training import extensions
 from pytorch_pfn_extras.training.metrics import AccuracyMetric
+from pytorch_pfn_extras.training.triggers import ManualScheduleTrigger
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -76,6 +82,8 @@ TYPES: dict[str, Any] = {
     "parameters": lambda module: list(module.parameters()),
     "SGD": torch.optim.SGD,
     "Adam": torch.optim.Adam,
+    "CosineAnnealingLR": torch.optim.lr_scheduler.CosineAnnealingLR,
+    "StepLR": torch.optim.lr_scheduler.StepLR,
 }
 
 
@@ -93,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if overrides:
         config.update_via_args(overrides)
     torch.manual_seed(config["/training/seed"])
+    torch.set_num_threads(1)  # a tiny model: one thread is fastest (several times on 2 cores)
 
     x, y = load_digits()
     order = np.random.default_rng(config["/training/seed"]).permutation(len(x))
@@ -105,29 +114,49 @@ def main(argv: list[str] | None = None) -> int:
 
     model = Classifier(config["/model"])  # the optimizer trains the same parameters
     optimizer = config["/optimizer"]
+    scheduler = config["/scheduler"]  # steps the same optimizer instance
 
+    epochs = config["/training/epochs"]
     log_trigger = tuple(config["/extensions/log_trigger"])
+    period = config["/extensions/statistics_plot_period"]  # and at the last epoch
+    statistics_plot_epochs = sorted({*range(period, epochs, period), epochs})
     evaluator = ppe.engine.create_evaluator(
         model,
         metrics=[AccuracyMetric(label_key="t", output_key="logits")],  # val/accuracy
         options={"eval_report_keys": ["loss"]},  # val/loss
     )
+    best = extensions.MaxValue("val/accuracy", trigger=log_trigger)
     trainer_extensions: list[ppe.training.extension.ExtensionLike] = [
+        extensions.LRScheduler(scheduler, trigger=(1, "epoch")),
+        extensions.observe_lr(optimizer, trigger=log_trigger),  # "lr" of the epoch just trained
+        extensions.ParameterStatistics(
+            model,
+            statistics=config["/extensions/parameter_statistics"],
+            prefix="stats",
+            trigger=log_trigger,
+        ),
+        best,
         extensions.LogReport(trigger=log_trigger),
-        extensions.PlotReport(["train/loss", "val/loss"], "epoch", filename="loss.png"),
-        extensions.PlotReport(["train/accuracy", "val/accuracy"], "epoch", filename="accuracy.png"),
+        extensions.PlotReport(
+            ["train/loss", "val/loss"], "epoch", log_trigger, filename="loss.png"
+        ),
+        extensions.PlotReport(
+            ["train/accuracy", "val/accuracy"], "epoch", log_trigger, filename="accuracy.png"
+        ),
+        extensions.VariableStatisticsPlot(
+            model, trigger=ManualScheduleTrigger(statistics_plot_epochs, "epoch")
+        ),
     ]
     if not args.quiet:
+        columns = ["epoch", "iteration", "lr", "train/loss", "val/loss", "val/accuracy"]
         trainer_extensions += [
-            extensions.PrintReport(
-                ["epoch", "iteration", "train/loss", "val/loss", "val/accuracy", "elapsed_time"]
-            ),
+            extensions.PrintReport([*columns, "elapsed_time"]),
             extensions.ProgressBar(update_interval=10),
         ]
     trainer = ppe.engine.create_trainer(
         model,
         optimizer,
-        config["/training/epochs"],
+        epochs,
         evaluator=(evaluator, log_trigger),
         extensions=trainer_extensions,
         out_dir=args.out,
@@ -145,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"validation accuracy: {accuracy:.3f} after {trainer.iteration} iterations; output in {args.out}"
     )
+    print(f"best validation accuracy: {best.best_value:.3f} at epoch {best.best_epoch}")
     if accuracy < args.min_accuracy:
         print(f"validation accuracy {accuracy:.3f} is below --min-accuracy {args.min_accuracy}")
         return 1
