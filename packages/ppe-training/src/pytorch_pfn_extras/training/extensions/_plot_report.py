@@ -138,6 +138,8 @@ class PlotReport(Extension):
         self._writer: Writer | None = kwargs.get("writer")
         self._summary = DictSummary()
         self._data: dict[str, list[tuple[float, float]]] = {key: [] for key in keys}
+        self._figure: Any = None  # drawn again at each trigger (without a postprocess)
+        self._lines: dict[str, Any] = {}
 
     @staticmethod
     def available() -> bool:
@@ -180,27 +182,56 @@ class PlotReport(Extension):
     def render(self) -> bytes:
         """Draw the points so far and return the PNG image.
 
+        Without a ``postprocess``, one figure is kept and its lines are updated at each
+        trigger, with the legend's room beside the axes measured once (drawing a new figure
+        with a tight bounding box costs twice as much). A ``postprocess`` gets a new figure
+        each time.
+
         Raises:
             ImportError: matplotlib is not installed.
         """
+        if self._postprocess is not None:
+            figure, axes = self._new_figure()
+            self._postprocess(figure, axes, self._data)
+            buffer = io.BytesIO()
+            extra = [axes.get_legend()] if axes.get_legend() is not None else []
+            figure.savefig(buffer, format="png", bbox_extra_artists=extra, bbox_inches="tight")
+            return buffer.getvalue()
+        if self._figure is None:
+            self._figure, axes = self._new_figure()
+            legend = axes.get_legend()
+            if legend is not None:
+                from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+                renderer = FigureCanvasAgg(self._figure).get_renderer()  # type: ignore[no-untyped-call]
+                width = legend.get_window_extent(renderer).width
+                right = 1.0 - (width + 16.0) / self._figure.bbox.width
+                self._figure.subplots_adjust(right=max(right, 0.3))
+        else:
+            axes = self._figure.axes[0]
+            for key, line in self._lines.items():
+                points = self._data[key]
+                line.set_data([x for x, _ in points], [y for _, y in points])
+            axes.relim()
+            axes.autoscale_view()
+        buffer = io.BytesIO()
+        self._figure.savefig(buffer, format="png")
+        return buffer.getvalue()
+
+    def _new_figure(self) -> tuple[Any, Any]:
         figure = _import_figure()()
         axes = figure.add_subplot()
+        self._lines = {}
         for key in self._y_keys:
             points = self._data[key]
-            if points:
-                xs, ys = zip(*points)
-                axes.plot(xs, ys, marker=self._marker, label=key)
-        extra = []
-        if axes.has_data():
-            extra.append(axes.legend(bbox_to_anchor=(1.05, 1), loc="upper left", borderaxespad=0.0))
+            xs = [x for x, _ in points]
+            ys = [y for _, y in points]
+            (self._lines[key],) = axes.plot(xs, ys, marker=self._marker, label=key)
+        axes.legend(bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0)
         if self._grid:
             axes.grid()
         axes.set_xlabel(self._x_key)
-        if self._postprocess is not None:
-            self._postprocess(figure, axes, self._data)
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", bbox_extra_artists=extra, bbox_inches="tight")
-        return buffer.getvalue()
+        return figure, axes
 
     def _write(self, manager: ExtensionsManagerProtocol) -> None:
         writer = self._writer if self._writer is not None else manager.writer
