@@ -156,8 +156,9 @@ class PlotReport(Extension):
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Accumulate the observation; add points and write the plot when due."""
         observation = manager.observation
-        if self._keys:
-            self._summary.add({key: observation[key] for key in self._keys if key in observation})
+        values = {key: observation[key] for key in self._keys if key in observation}
+        if values:
+            self._summary.add(values)
         if self._plot_trigger(manager):
             self._add_points(manager)
             if self._y_keys:
