@@ -1,6 +1,6 @@
 """Per-iteration overhead of ``ExtensionsManager.run_iteration()`` and of ``create_trainer``.
 
-Three measurements:
+Four measurements:
 
 1. A tiny MLP (batch 16, 32 features) trained by a hand-written loop, and by the same loop
    inside ``manager.run_iteration()`` with LogReport, ProgressBar and PrintReport (printing
@@ -18,6 +18,18 @@ Three measurements:
    ``loss.item()`` each iteration. Reference figures on the 2-core development machine: the published PPE's trainer adds
    about 200 us per iteration, pytorch-ignite about 70 us, Lightning about 1,100 us. Target for
    ours: below ignite's overhead, about 30% of PPE's (~60 us).
+4. The empty ``run_iteration()`` of 2., with ``extensions.ParameterStatistics(model)`` and
+   ``extensions.PlotReport(["value", <a gradient's mean>], "epoch", filename=...)`` added,
+   both on ``(1, "epoch")`` triggers, ``--iters-per-epoch`` iterations an epoch; the model,
+   a small MLP (32-64-1, four parameters) with gradients from one backward pass, is
+   registered with the manager, and PlotReport writes into a temporary directory. The cost
+   is split into the per-iteration part (ParameterStatistics accumulates the interval's
+   mean of every statistic on the device each iteration; PlotReport sums the observation)
+   and the epoch-end part (LogReport and PrintReport with the statistics' keys, the report
+   of the means, the plot drawn and written), amortized over the epoch; ParameterStatistics'
+   and PlotReport's shares are the differences between managers with the three extensions,
+   with PlotReport added, and with both added (target for the five: under 50 us per
+   iteration, amortized).
 
 Each repetition trains ``--iterations`` iterations both ways, interleaved one epoch at a time
 (bare epoch, managed epoch, managed epoch, bare epoch, ...), so that every managed epoch
@@ -35,10 +47,17 @@ the figures are medians over the rounds, with the quartiles of the overhead.
 With ``--device cuda`` the managed loops run under ``torch.cuda.set_sync_debug_mode("warn")``:
 a device synchronization inside an iteration (other than LogReport's once per epoch) would
 print a warning (the trainer's run too; ignite's default ``output_transform`` calls
-``loss.item()`` every iteration, a synchronization by design).
+``loss.item()`` every iteration, a synchronization by design). In 4., the ordinary iterations
+run under it, and the epoch's last one (which writes the log and the plot) does not.
+
+The managers of 4. are interleaved one epoch at a time, in rotating order; in each epoch the
+first ``iters_per_epoch - 1`` iterations are timed together (the per-iteration part, less an
+empty Python loop's) and the last one alone (its excess over an ordinary iteration is the
+epoch-end part). The first epoch warms up; the figures are medians over ``--ext-epochs``
+epochs, and the shares medians of the paired differences.
 
 Usage: ``python benchmarks/loop_overhead.py [--iterations 10000] [--repeats 3]
-[--engine-rounds 20] [--chunk 50] [--parts mlp empty engines]``
+[--engine-rounds 20] [--chunk 50] [--ext-epochs 8] [--parts mlp empty engines epoch-ext]``
 """
 
 from __future__ import annotations
@@ -380,6 +399,134 @@ def print_engines(args: argparse.Namespace, out_dir: str, sink: IO[str]) -> None
     )
 
 
+class Split(NamedTuple):
+    """Seconds per iteration of one manager's cost: the ordinary iteration, the epoch end
+    amortized over the epoch, and their sum."""
+
+    iteration: float
+    epoch_end: float
+
+    @property
+    def total(self) -> float:
+        return self.iteration + self.epoch_end
+
+
+_EPOCH_EXT_CONFIGS = ("3 extensions", "+ PlotReport", "+ PlotReport + ParameterStatistics")
+
+
+def _epoch_ext_managers(
+    args: argparse.Namespace, out_dir: str, sink: IO[str]
+) -> tuple[dict[str, ExtensionsManager], int]:
+    """Managers with the three extensions, with PlotReport added, and with PlotReport and
+    ParameterStatistics added, each with the MLP registered; and its number of tensors."""
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+    ).to(device)
+    model(torch.randn(16, 32, device=device)).sum().backward()  # the gradients are reported
+    grad_key = "0.weight/grad/mean"  # a ParameterStatistics key, also plotted
+    managers: dict[str, ExtensionsManager] = {}
+    for i, name in enumerate(_EPOCH_EXT_CONFIGS):
+        added: list[Any] = []
+        if i >= 1:
+            added.append(
+                extensions.PlotReport(
+                    ["value", grad_key], "epoch", trigger=(1, "epoch"), filename="plot.png"
+                )
+            )
+        if i >= 2:
+            added.append(extensions.ParameterStatistics(model, trigger=(1, "epoch")))
+        managers[name] = ExtensionsManager(
+            {"main": model},
+            {},
+            args.ext_epochs + 2,  # never reached: finalized by hand, out of the timings
+            iters_per_epoch=args.iters_per_epoch,
+            out_dir=os.path.join(out_dir, f"epoch-ext-{i}"),
+            extensions=[*_extensions(sink), *added],
+        )
+    return managers, 2 * len(list(model.parameters()))
+
+
+def measure_epoch_ext(
+    args: argparse.Namespace, out_dir: str, sink: IO[str]
+) -> tuple[dict[str, Split], dict[str, Split], int]:
+    """Each manager's cost (medians over the epochs), and the shares of PlotReport and of
+    ParameterStatistics (medians of the paired differences); and the number of tensors."""
+    device = torch.device(args.device)
+    n = args.iters_per_epoch
+    bare, make_managed = empty_blocks(device)
+    managers, tensors = _epoch_ext_managers(args, out_dir, sink)
+    blocks = {name: make_managed(manager) for name, manager in managers.items()}
+    names = list(blocks)
+    splits: dict[str, list[Split]] = {name: [] for name in names}
+    for epoch in range(args.ext_epochs + 1):  # the first one warms up
+        bare_time = _timed(bare, n - 1, device) / (n - 1)
+        shift = epoch % len(names)
+        for name in names[shift:] + names[:shift]:
+            block = blocks[name]
+            with _sync_check(device):  # nothing in an ordinary iteration may synchronize
+                ordinary = _timed(block, n - 1, device) / (n - 1)
+            last = _timed(block, 1, device)
+            if epoch:
+                splits[name].append(Split(ordinary - bare_time, (last - ordinary) / n))
+    for manager in managers.values():
+        manager.finalize()
+    costs = {name: _median_split(values) for name, values in splits.items()}
+    shares = {
+        "PlotReport": _median_split(
+            [_minus(a, b) for a, b in zip(splits[names[1]], splits[names[0]])]
+        ),
+        "ParameterStatistics": _median_split(
+            [_minus(a, b) for a, b in zip(splits[names[2]], splits[names[1]])]
+        ),
+    }
+    return costs, shares, tensors
+
+
+def _minus(a: Split, b: Split) -> Split:
+    return Split(a.iteration - b.iteration, a.epoch_end - b.epoch_end)
+
+
+def _median_split(values: list[Split]) -> Split:
+    return Split(
+        statistics.median(v.iteration for v in values),
+        statistics.median(v.epoch_end for v in values),
+    )
+
+
+def print_epoch_ext(args: argparse.Namespace, out_dir: str, sink: IO[str]) -> None:
+    us = 1e6
+    n = args.iters_per_epoch
+    costs, shares, tensors = measure_epoch_ext(args, out_dir, sink)
+    print(
+        f"Empty run_iteration() reporting a 0-d tensor, with ParameterStatistics(model) and "
+        f"PlotReport on (1, 'epoch'), MLP 32-64-1 registered ({tensors} tensors: data and "
+        f"grad), {n} iterations/epoch x {args.ext_epochs} epochs, device {args.device}:"
+    )
+    print(
+        f"  {'us/iteration':<32}{'per iteration':>13}   "
+        f"{'epoch end, amortized (per epoch)':>34}   {'total':>10}"
+    )
+
+    def row(label: str, split: Split, spec: str = "", target: str = "") -> None:
+        per_epoch = split.epoch_end * n * 1e3
+        print(
+            f"  {label:<32}{split.iteration * us:{spec}13.2f}   "
+            f"{split.epoch_end * us:{spec}10.2f} ({per_epoch:{spec}9.2f} ms/epoch)   "
+            f"{split.total * us:{spec}10.2f}{target}"
+        )
+
+    row("manager, 3 extensions", costs[_EPOCH_EXT_CONFIGS[0]])
+    row("  share of PlotReport", shares["PlotReport"], "+")
+    row("  share of ParameterStatistics", shares["ParameterStatistics"], "+")
+    row(
+        "manager, all 5 extensions",
+        costs[_EPOCH_EXT_CONFIGS[2]],
+        target="  (target < 50 amortized)",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=10_000)
@@ -395,10 +542,16 @@ def main() -> None:
         "--chunk", type=int, default=50, help="engine iterations between hand-written chunks"
     )
     parser.add_argument(
+        "--ext-epochs",
+        type=int,
+        default=8,
+        help="epochs of the ParameterStatistics + PlotReport measurement",
+    )
+    parser.add_argument(
         "--parts",
         nargs="+",
-        choices=["mlp", "empty", "engines"],
-        default=["mlp", "empty", "engines"],
+        choices=["mlp", "empty", "engines", "epoch-ext"],
+        default=["mlp", "empty", "engines", "epoch-ext"],
         help="measurements to run",
     )
     args = parser.parse_args()
@@ -429,6 +582,8 @@ def main() -> None:
             print(f"  manager cost           {overhead * us:8.2f} us/iteration  (target < 25)")
         if "engines" in args.parts:
             print_engines(args, out_dir, sink)
+        if "epoch-ext" in args.parts:
+            print_epoch_ext(args, out_dir, sink)
 
 
 if __name__ == "__main__":
