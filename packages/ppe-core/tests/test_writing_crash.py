@@ -2,13 +2,13 @@
 
 A zygote subprocess (``writing_crash_worker.py``) imports torch once and forks a
 writer child per run; the test kills the child after a random delay, then checks
-that the destination is the previous or the new complete file, that the next
-write succeeds despite leftovers, and that the leftovers get cleaned up.
+that a replaced destination is the previous or the new complete file, that the
+next write succeeds despite leftovers, and that the leftovers get cleaned up; and
+that an appended file keeps every completed append, with at most a torn last record.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import random
@@ -181,18 +181,49 @@ def test_killed_simple_writer_leaves_old_or_new_complete_snapshot(
     _kill_loop(zygote, "replace", tmp_path / "out", worker.REPLACE_FILE, check, seed=0)
 
 
-def test_killed_appending_simple_writer_never_truncates_the_log(
+def test_killed_appending_simple_writer_keeps_every_completed_append(
     zygote: Zygote, worker: ModuleType, tmp_path: Path
 ) -> None:
-    def check(path: Path) -> int:
+    """An append is one write at the end of the file, so after a SIGKILL the file is
+    exactly: the earlier bytes, untouched; every append that returned; and a prefix
+    (possibly empty or whole) of the append in progress. The writer does not repair
+    that torn record: the next append goes after it and leaves it in place."""
+    out_dir = tmp_path / "out"
+    path = out_dir / worker.APPEND_FILE
+    started = time.perf_counter()
+    lines, status = zygote.run("append", out_dir, 0, 3)
+    per_write = (time.perf_counter() - started) / 3
+    assert status == 0
+    expected = b"".join(worker.record(v) for v in range(3))
+    assert path.read_bytes() == expected
+    rng = random.Random(1)
+    version = 3
+    mid_write = torn = 0
+    for _ in range(KILLS):
+        lines, status = zygote.run(
+            "append", out_dir, version, -1, kill_after=rng.uniform(0.0, 2.5 * per_write)
+        )
+        assert status == -signal.SIGKILL
+        begun = [int(line.split()[1]) for line in lines if line.startswith("begin")]
+        done = [int(line.split()[1]) for line in lines if line.startswith("done")]
         data = path.read_bytes()
-        assert data.endswith(b"\n")
-        records = data.split(b"\n")[:-1]
-        for index, line in enumerate(records):
-            version, sha, body = line.split(b" ")
-            assert int(version) == index
-            assert hashlib.sha256(body).hexdigest().encode() == sha
-        assert records[-1] + b"\n" == worker.record(len(records) - 1)
-        return len(records) - 1
-
-    _kill_loop(zygote, "append", tmp_path / "out", worker.APPEND_FILE, check, seed=1)
+        completed = expected + b"".join(worker.record(v) for v in done)
+        assert data.startswith(completed), "an earlier byte changed or a completed append is lost"
+        tail = data[len(completed) :]
+        if begun and begun[-1] not in done:
+            mid_write += 1
+            in_progress = worker.record(begun[-1])
+            assert in_progress.startswith(tail)
+            torn += 0 < len(tail) < len(in_progress)
+        else:
+            assert tail == b""
+        assert os.listdir(out_dir) == [worker.APPEND_FILE]  # no temporary, ever
+        expected = data
+        version = begun[-1] + 1 if begun else version
+        lines, status = zygote.run("append", out_dir, version, 1)
+        assert (lines, status) == ([f"begin {version}", f"done {version}"], 0)
+        expected += worker.record(version)
+        assert path.read_bytes() == expected  # after the torn record, which stays
+        version += 1
+    print(f"append: {mid_write} kills during an append, {torn} torn records, {per_write=:.3f}s")
+    assert mid_write > 0

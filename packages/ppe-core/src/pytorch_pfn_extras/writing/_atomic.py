@@ -11,6 +11,7 @@ writer that scans the directory (only when its process is gone).
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -22,8 +23,10 @@ from typing import IO, Any
 from pytorch_pfn_extras.writing._fs import FileSystem
 
 __all__ = [
+    "append_bytes",
     "is_temporary_file",
     "remove_stale_temporaries",
+    "save_to_bytes",
     "temporary_name",
     "write_atomic",
     "write_in_place",
@@ -158,6 +161,25 @@ def _open_temporary(fs: FileSystem, directory: str, base: str) -> tuple[str, IO[
     return tmp, fs.open(tmp, "wb")
 
 
+def _check_open(fileobj: IO[Any], savefun: SaveFun) -> None:
+    if fileobj.closed:
+        message = (
+            f"savefun {savefun!r} closed the file object it was given; it must "
+            "only write to it (the writer flushes, syncs and closes it)"
+        )
+        raise ValueError(message)
+
+
+def save_to_bytes(
+    target: Any, savefun: SaveFun, savefun_kwargs: Mapping[str, Any] | None = None
+) -> bytes:
+    """The bytes ``savefun(target, fileobj, **savefun_kwargs)`` writes, from a memory buffer."""
+    buffer = io.BytesIO()
+    savefun(target, buffer, **(savefun_kwargs or {}))
+    _check_open(buffer, savefun)
+    return buffer.getvalue()
+
+
 def write_atomic(
     fs: FileSystem,
     path: str,
@@ -183,12 +205,7 @@ def write_atomic(
                 with fs.open(path, "rb") as old:
                     shutil.copyfileobj(old, fileobj, _COPY_CHUNK)
             savefun(target, fileobj, **(savefun_kwargs or {}))
-            if fileobj.closed:
-                message = (
-                    f"savefun {savefun!r} closed the file object it was given; it must "
-                    "only write to it (the writer flushes, syncs and closes it)"
-                )
-                raise ValueError(message)
+            _check_open(fileobj, savefun)
             fileobj.flush()
             _sync_file(fs, fileobj)
         finally:
@@ -215,17 +232,40 @@ def write_in_place(path: str, data: bytes, offset: int | None = None) -> int:
     Returns:
         The offset just after ``data`` (the new size of the file).
     """
+    if offset is None:
+        return append_bytes(path, data)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
     try:
-        start = os.lseek(fd, 0, os.SEEK_END) if offset is None else offset
         view = memoryview(data)
-        end = start
+        end = offset
         while view:  # pwrite may write less than asked (large data, signals)
             written = os.pwrite(fd, view, end)
             view = view[written:]
             end += written
-        if offset is not None and os.fstat(fd).st_size > end:
+        if os.fstat(fd).st_size > end:
             os.ftruncate(fd, end)
     finally:
         os.close(fd)
     return end
+
+
+def append_bytes(path: str, data: bytes) -> int:
+    """Append ``data`` to the local file ``path`` (created if missing) with one ``write``.
+
+    The file is opened with ``O_APPEND``, so the data lands at the end of the file
+    even if another process appended since. Earlier bytes are never read nor
+    rewritten. Once this returns the data survives the death of the process (no
+    user-space buffer); it is not fsync'ed, so a power loss may lose it. A process
+    killed during the call may leave a prefix of ``data`` at the end of the file.
+
+    Returns:
+        The offset just after ``data`` (the size of the file then).
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        view = memoryview(data)
+        while view:  # one write in practice; more only if it is cut short (signals, full disk)
+            view = view[os.write(fd, view) :]
+        return os.lseek(fd, 0, os.SEEK_CUR)
+    finally:
+        os.close(fd)

@@ -112,7 +112,9 @@ class Writer(abc.ABC):
             savefun: ``savefun(target, fileobj, **kwds)`` writing to a binary
                 file object; the writer's own ``savefun`` when ``None``.
             append: Append the new data to the current content of the file
-                instead of replacing it (still crash-safe: see :meth:`save`).
+                instead of replacing it: atomically by copying the file (see
+                :meth:`save`), or, for :class:`SimpleWriter` on the local
+                filesystem, with one ``write`` at the end of the file (see there).
         """
 
     def initialize(self, out_dir: str) -> None:
@@ -192,7 +194,8 @@ class Writer(abc.ABC):
             filename: File name relative to ``out_dir``.
             out_dir: Output directory; created if missing.
             data: The bytes to write.
-            offset: Where to write them; the end of the file when ``None``.
+            offset: Where to write them; the end of the file when ``None`` (one
+                ``O_APPEND`` write; the file is then never cut).
 
         Returns:
             The offset just after ``data``.

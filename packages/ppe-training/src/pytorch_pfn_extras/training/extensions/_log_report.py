@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
@@ -48,10 +49,65 @@ def _import_yaml() -> Any:
     return yaml
 
 
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*\Z")
+
+
+@functools.lru_cache(maxsize=4096)
+def _yaml_plain(text: str) -> str | None:
+    """``text`` if YAML reads it back as this very string unquoted (in a flow mapping)."""
+    if not _PLAIN.match(text):
+        return None
+    yaml = _import_yaml()
+    tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))
+    return text if tag == "tag:yaml.org,2002:str" else None
+
+
+def _yaml_scalar(value: Any) -> str | None:
+    """``value`` as PyYAML's ``safe_dump`` writes it, for the common types; else ``None``."""
+    kind = type(value)
+    if kind is float:
+        if value != value:
+            return ".nan"
+        if value in (math.inf, -math.inf):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value)
+        # YAML 1.1 floats need a dot: 1e-05 -> 1.0e-05 (as PyYAML's representer does).
+        return text.replace("e", ".0e", 1) if "." not in text and "e" in text else text
+    if kind is int:
+        return str(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if kind is str:
+        return _yaml_plain(value)
+    return None
+
+
+def _yaml_line(entry: Mapping[str, Any]) -> bytes | None:
+    """An entry as a ``- {key: value, ...}`` line, if every key and value has a fast form.
+
+    Numbers, booleans, ``None`` and plain strings (the usual entry) take a few
+    microseconds this way, where ``yaml.safe_dump`` takes over a hundred; anything
+    else returns ``None`` and goes through PyYAML.
+    """
+    parts = []
+    for key, value in entry.items():
+        name = _yaml_plain(key) if type(key) is str else None
+        text = _yaml_scalar(value)
+        if name is None or text is None:
+            return None
+        parts.append(f"{name}: {text}")
+    return ("- {" + ", ".join(parts) + "}\n").encode()
+
+
 def _encode_entry(entry: Mapping[str, Any], fmt: str) -> bytes:
     """One record of a json-lines or yaml log: a single line ending with a newline."""
     if fmt == "json-lines":
         return json.dumps(entry, default=_json_default).encode() + b"\n"
+    line = _yaml_line(entry)
+    if line is not None:
+        return line
     yaml = _import_yaml()
     plain = json.loads(json.dumps(entry, default=_json_default))
     # A flow mapping on one line, so that a record is complete iff its newline is there.
@@ -182,8 +238,9 @@ class LogReport(Extension):
             be a format string filled with the entry, e.g. ``'log_{iteration}'``.
         append: Append each entry to the file instead of rewriting the whole log
             (``'json-lines'`` and ``'yaml'`` only). The log is then not kept in snapshots,
-            which makes them smaller; on resume, entries written after the snapshot are
-            dropped from the file.
+            which makes them smaller, and :attr:`log` holds only the latest
+            :attr:`append_log_maxlen` entries (the file has them all: :meth:`read`); on
+            resume, entries written after the snapshot are dropped from the file.
         format: ``'json'``, ``'json-lines'`` or ``'yaml'``; inferred from the filename
             (``.jsonl``, ``.yaml``) by default, else ``'json'``.
         **kwargs: ``writer``: a writer to use instead of the manager's.
@@ -198,6 +255,8 @@ class LogReport(Extension):
 
     trigger: TriggerLike = (1, "iteration")
     priority = PRIORITY_READER
+    append_log_maxlen: int = 1000
+    """With ``append=True``, :attr:`log` keeps this many of the latest entries."""
 
     def __init__(
         self,
@@ -241,7 +300,10 @@ class LogReport(Extension):
         self._log: list[dict[str, Any]] = []
         self._summary = DictSummary()
         self._n_written = 0
-        self._check_file = False
+        self._entry_count = 0
+        # Appending through a writer: look at the file before the first write of the
+        # process, to cut off a torn last record (and, on resume, entries past the snapshot).
+        self._check_file = append and "{" not in filename
         self._iteration = 0
         # In-place writing: offset of the next entry (of the closing "\n]" for json) in the
         # file, None until this process first writes; what to keep of the file on resume.
@@ -251,8 +313,23 @@ class LogReport(Extension):
 
     @property
     def log(self) -> list[dict[str, Any]]:
-        """The entries so far (with ``append=True``, only those of this process)."""
+        """The entries so far; with ``append=True``, the latest of this process only.
+
+        In append mode at most :attr:`append_log_maxlen` entries are kept in memory
+        (the oldest go first), so memory stays bounded however long the run.
+        """
         return self._log
+
+    @property
+    def entry_count(self) -> int:
+        """The number of entries emitted so far, those before a resume included.
+
+        It grows by one with each entry, also when :attr:`log` is bounded (append
+        mode) or restarted (resume in append mode); readers such as ``PrintReport``
+        compare it with the count they have seen to find the new entries, the last
+        ``entry_count - seen`` of :attr:`log`.
+        """
+        return self._entry_count
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Accumulate the observation; emit an entry when the log trigger fires."""
@@ -275,7 +352,11 @@ class LogReport(Extension):
         entry["elapsed_time"] = manager.elapsed_time
         if self._postprocess is not None:
             self._postprocess(entry)
-        self._log.append(entry)
+        log = self._log
+        log.append(entry)
+        if self._append and len(log) > self.append_log_maxlen:
+            del log[: len(log) - self.append_log_maxlen]  # moves at most maxlen pointers
+        self._entry_count += 1
         self._summary = DictSummary()
         self._write(manager, entry)
 
@@ -378,6 +459,7 @@ class LogReport(Extension):
             "summary": self._summary.state_dict(),
             "log_trigger": self._log_trigger.state_dict(),
             "n_written": self._n_written,
+            "entry_count": self._entry_count,
             "iteration": self._iteration,
         }
 
@@ -388,6 +470,7 @@ class LogReport(Extension):
         self._summary.load_state_dict(to_load["summary"])
         self._log_trigger.load_state_dict(to_load.get("log_trigger", {}))
         self._n_written = int(to_load.get("n_written", len(self._log)))
+        self._entry_count = int(to_load.get("entry_count", max(self._n_written, len(self._log))))
         self._iteration = int(to_load.get("iteration", 0))
         # Entries appended after the snapshot are dropped on the next write (one file only):
         # those after its iteration, or after its first n_written for an older snapshot.

@@ -69,9 +69,11 @@ class PrintReport(Extension):
     Jupyter notebook (with ipywidgets installed) ``PrintReport(...)`` without ``out``
     creates a :class:`PrintReportNotebook`, which shows the table as an HTML widget.
 
-    It is called every iteration and prints the entries the log report added since; it
-    should be registered after the ``LogReport`` (or given one, see ``log_report``). Rows
-    already printed are not printed again after a resume.
+    It is called every iteration and prints the entries the log report added since (it
+    counts them with ``LogReport.entry_count``, so it prints every entry also when the log
+    kept in memory is bounded, in append mode); it should be registered after the
+    ``LogReport`` (or given one, see ``log_report``). Rows already printed are not printed
+    again after a resume.
 
     Args:
         entries: Keys of the log entries to print, in order. ``None`` shows every key of
@@ -156,14 +158,18 @@ class PrintReport(Extension):
             log_report = self.get_log_report(manager)
         if log_report is self._log_report:
             log_report(manager)
-        if len(log_report.log) > self._n_printed:
-            self._show(log_report.log)
+        if log_report.entry_count > self._n_printed:
+            self._show(log_report)
 
-    def _show(self, log: list[dict[str, Any]]) -> None:
-        new = log[self._n_printed :]
+    def _show(self, log_report: LogReport) -> None:
+        # The new entries are the last ones of the log; an append-mode log keeps only the
+        # latest LogReport.append_log_maxlen, so a longer gap between calls prints those.
+        log = log_report.log
+        count = log_report.entry_count
+        new = log[len(log) - min(count - self._n_printed, len(log)) :]
         if self._infer and self._update_entries(new):
             self._header_shown = False
-        self._n_printed = len(log)
+        self._n_printed = count
         self._render(log, new)
 
     def _update_entries(self, new: list[dict[str, Any]]) -> bool:
@@ -209,8 +215,8 @@ class PrintReport(Extension):
         log_report = self._log
         if log_report is None and isinstance(self._log_report, LogReport):
             log_report = self._log_report
-        if log_report is not None and len(log_report.log) > self._n_printed:
-            self._show(log_report.log)
+        if log_report is not None and log_report.entry_count > self._n_printed:
+            self._show(log_report)
         if isinstance(self._log_report, LogReport):
             self._log_report.finalize(manager)
 
