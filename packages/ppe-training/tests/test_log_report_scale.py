@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
+import select
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -100,39 +102,52 @@ def test_a_write_costs_one_entry_whatever_the_length_of_the_log(
     assert path.read_bytes().startswith(marked[:-2])  # "\n]" of json is overwritten
 
 
-def _killed_child(out: str, filename: str, append: bool, fd: int) -> None:
-    log_report = LogReport(filename=filename, append=append, trigger=(1, "iteration"))
-    manager = _manager(Path(out), log_report)
-    while True:
-        _step(manager, keys=150)  # entries of several KiB: writes span pages and can tear
-        os.write(fd, f"{manager.iteration}\n".encode())
+# The child runs in a fresh interpreter: a fork of a pytest-xdist worker can inherit a lock
+# (an import's, a stream's) held by another thread and hang before its first write.
+_CHILD = """
+import sys
+from pytorch_pfn_extras import reporting
+from pytorch_pfn_extras.training import ExtensionsManager
+from pytorch_pfn_extras.training.extensions import LogReport
+
+out, filename, append = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+log_report = LogReport(filename=filename, append=append, trigger=(1, "iteration"))
+manager = ExtensionsManager({}, {}, 10**6, iters_per_epoch=7, out_dir=out)
+manager.extend(log_report)
+while True:
+    with manager.run_iteration():  # entries of several KiB: writes span pages and can tear
+        i = manager.iteration + 1
+        reporting.report({f"value{j}": float(i * (j + 1) % 11) for j in range(150)})
+    sys.stdout.write(f"{manager.iteration}\\n")
+    sys.stdout.flush()
+"""
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize(("filename", "append"), MODES)
 def test_sigkill_at_random_points_keeps_every_completed_entry(
     tmp_path: Path, filename: str, append: bool
 ) -> None:
-    context = multiprocessing.get_context("fork")
     rng = random.Random(filename + str(append))
     path = tmp_path / filename
     before: list[Any] = []
     torn = 0
     for _ in range(KILLS):
-        read_fd, write_fd = os.pipe()
-        child = context.Process(
-            target=_killed_child, args=(str(tmp_path), filename, append, write_fd)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(tmp_path), filename, "1" if append else "0"],
+            stdout=subprocess.PIPE,
         )
-        child.start()
-        os.close(write_fd)
-        time.sleep(rng.uniform(0.1, 0.4))
-        assert child.pid is not None
-        os.kill(child.pid, signal.SIGKILL)
-        child.join()
-        with os.fdopen(read_fd, "rb") as pipe:
-            done = [int(line) for line in pipe.read().split(b"\n")[:-1]]
-        assert done, "the child was killed before its first write"
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], 120)
+        assert ready, "the child wrote no entry within 120 s"
+        first = child.stdout.readline()  # the first entry is written: kill it at a random point
+        time.sleep(rng.uniform(0.02, 0.3))
+        child.send_signal(signal.SIGKILL)
+        rest = child.stdout.read()
+        child.stdout.close()
+        child.wait()
+        done = [int(line) for line in (first + rest).split(b"\n")[:-1]]
+        last = done[-1]
         if not path.exists():
             continue
         try:
@@ -144,7 +159,7 @@ def test_sigkill_at_random_points_keeps_every_completed_entry(
         kept = before if append else []
         assert entries[: len(kept)] == kept
         iterations = [entry["iteration"] for entry in entries[len(kept) :]]
-        assert iterations in (list(range(1, done[-1] + 1)), list(range(1, done[-1] + 2)))
+        assert iterations in (list(range(1, last + 1)), list(range(1, last + 2)))
         before = entries
     print(f"{filename} append={append}: {torn} torn files of {KILLS} kills")
 
