@@ -57,7 +57,31 @@ def _write_bytes(data: bytes, fileobj: IO[bytes], **kwargs: Any) -> None:
     fileobj.write(data)
 
 
-class PlotReport(Extension):
+class PngExtension(Extension):
+    """An extension that writes the PNG its ``render()`` draws, named by ``_filename``
+    (formatted with ``epoch`` and ``iteration``), through its own writer or the manager's."""
+
+    _filename: str
+    _writer: Writer | None
+
+    def render(self) -> bytes:
+        """Draw the image and return the PNG bytes."""
+        raise NotImplementedError
+
+    def _write(self, manager: ExtensionsManagerProtocol) -> None:
+        writer = self._writer if self._writer is not None else manager.writer
+        if writer is None:
+            return
+        filename = self._filename.format(epoch=manager.epoch, iteration=manager.iteration)
+        writer(filename, manager.out, self.render(), savefun=_write_bytes)
+
+    def finalize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Finalize the extension's own writer, if it was given one."""
+        if self._writer is not None:
+            self._writer.finalize()
+
+
+class PlotReport(PngExtension):
     """An extension to output plots.
 
     It is called every iteration and accumulates the observed values of ``y_keys`` (and of
@@ -233,18 +257,6 @@ class PlotReport(Extension):
             axes.grid()
         axes.set_xlabel(self._x_key)
         return figure, axes
-
-    def _write(self, manager: ExtensionsManagerProtocol) -> None:
-        writer = self._writer if self._writer is not None else manager.writer
-        if writer is None:
-            return
-        filename = self._filename.format(epoch=manager.epoch, iteration=manager.iteration)
-        writer(filename, manager.out, self.render(), savefun=_write_bytes)
-
-    def finalize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Finalize the extension's own writer, if it was given one."""
-        if self._writer is not None:
-            self._writer.finalize()
 
     def state_dict(self) -> dict[str, Any]:
         """Return the points, the partial interval and the state of the plot trigger."""

@@ -10,11 +10,11 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
+from pytorch_pfn_extras.training._extension import PRIORITY_READER
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 from pytorch_pfn_extras.training.extensions._plot_report import (
     PlotReport,
-    _write_bytes,
+    PngExtension,
     plot_filename,
 )
 
@@ -211,7 +211,7 @@ def _tensors(targets: Any) -> list[torch.Tensor]:
     return tensors
 
 
-class VariableStatisticsPlot(Extension):
+class VariableStatisticsPlot(PngExtension):
     """An extension to plot statistics of parameters and of their gradients.
 
     It runs every iteration and keeps a uniform sample of at most ``max_sample_size``
@@ -395,18 +395,6 @@ class VariableStatisticsPlot(Extension):
         handles, labels = axes_list[0].get_legend_handles_labels()
         if handles:
             figure.legend(handles, labels, loc="outside right upper", fontsize="small")
-
-    def _write(self, manager: ExtensionsManagerProtocol) -> None:
-        writer = self._writer if self._writer is not None else manager.writer
-        if writer is None:
-            return
-        filename = self._filename.format(epoch=manager.epoch, iteration=manager.iteration)
-        writer(filename, manager.out, self.render(), savefun=_write_bytes)
-
-    def finalize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Finalize the extension's own writer, if it was given one."""
-        if self._writer is not None:
-            self._writer.finalize()
 
     def state_dict(self) -> dict[str, Any]:
         """Return the sampled statistics and the state of the plot trigger."""
