@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import socket
 import sys
@@ -221,6 +222,39 @@ def test_posts_start_trigger_and_end_messages_in_a_thread(
     root_ts = "1000.0001"  # the ts the server gave the first message
     assert [p["thread_ts"] for p in posts[1:]] == [root_ts] * 4
     assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in slack_server.requests)
+
+
+def test_a_resumed_run_posts_in_the_thread_of_the_run_it_continues(
+    slack_server: FakeSlack, tmp_path: Path
+) -> None:
+    def run(state: dict[str, Any] | None, iterations: int) -> dict[str, Any]:
+        manager = ExtensionsManager({}, {}, 3, iters_per_epoch=2, out_dir=tmp_path)
+        manager.extend(Slack("experiments", msg="{default}", token=TOKEN))
+        if state is not None:
+            manager.load_state_dict(state)
+        for _ in range(iterations):
+            with manager.run_iteration():
+                reporting.report({"loss": 1.0})
+        return manager.state_dict()
+
+    first = run(None, 2)  # one epoch, then the process is gone (no end message)
+    buffer = io.BytesIO()
+    torch.save(first, buffer)
+    buffer.seek(0)
+    run(torch.load(buffer, weights_only=True), 4)
+    posts = slack_server.posts()
+    root_ts = "1000.0001"
+    assert [p["text"] for p in posts[:2]] == [
+        f"Training started (output directory: {tmp_path})",
+        "Epoch 1, iteration 2",
+    ]
+    assert posts[2]["text"] == (
+        f"Training resumed at epoch 1, iteration 2 (output directory: {tmp_path})"
+    )
+    assert [p["text"] for p in posts[3:5]] == ["Epoch 2, iteration 4", "Epoch 3, iteration 6"]
+    assert posts[5]["text"].startswith("Training finished: epoch 3, iteration 6")
+    assert "thread_ts" not in posts[0]
+    assert [p["thread_ts"] for p in posts[1:]] == [root_ts] * 5
 
 
 def test_thread_false_posts_every_message_to_the_channel(

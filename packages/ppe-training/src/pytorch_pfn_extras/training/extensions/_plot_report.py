@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import itertools
 import sys
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from pytorch_pfn_extras.reporting import DictSummary
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
+from pytorch_pfn_extras.training.extensions import _png_render, _png_worker
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+    from pytorch_pfn_extras.training.extensions._png_worker import Drawing
     from pytorch_pfn_extras.writing import Writer
 
-_KWARGS = ("file_name", "writer")
+_KWARGS = ("background", "file_name", "writer")
 _MISSING = 'PlotReport needs matplotlib: pip install "ppe-training[plot]"'
 
 Postprocess = Callable[[Any, Any, dict[str, list[tuple[float, float]]]], None]
@@ -34,7 +39,7 @@ def plot_filename(owner: str, filename: str | None, default: str, kwargs: Mappin
     """Check a plotting extension's extra keywords and matplotlib; return its file name.
 
     Raises:
-        TypeError: A keyword other than ``file_name`` and ``writer``.
+        TypeError: A keyword other than ``background``, ``file_name`` and ``writer``.
         ImportError: matplotlib is not installed.
         ValueError: The file name is empty or not a string.
     """
@@ -57,26 +62,148 @@ def _write_bytes(data: bytes, fileobj: IO[bytes], **kwargs: Any) -> None:
     fileobj.write(data)
 
 
-class PngExtension(Extension):
-    """An extension that writes the PNG its ``render()`` draws, named by ``_filename``
-    (formatted with ``epoch`` and ``iteration``), through its own writer or the manager's."""
+class _Image:
+    """An image to write: where, and the spec it is drawn from (by the worker, once sent)."""
 
+    __slots__ = ("drawing", "filename", "out", "spec", "writer")
+
+    def __init__(self, filename: str, out: str, writer: Writer, spec: dict[str, Any]) -> None:
+        self.filename, self.out, self.writer, self.spec = filename, out, writer, spec
+        self.drawing: Drawing | None = None
+
+    def same_target(self, other: _Image) -> bool:
+        return (self.filename, self.out, self.writer) == (other.filename, other.out, other.writer)
+
+
+_MAX_PENDING = 4  # images waiting for the worker per extension; more: wait for them
+_WAIT_S = 60.0  # an image the worker has not drawn by then is drawn in the training process
+_owners = itertools.count()
+
+
+class PngExtension(Extension):
+    """An extension that writes PNG images of its data, named by ``_filename`` (formatted with
+    ``epoch`` and ``iteration``), through its own writer or the manager's.
+
+    With ``background`` (the default), images are drawn by the plot worker process
+    (:mod:`._png_worker`) while training goes on, and written from the training thread at the
+    extension's next call once drawn; :meth:`flush` (called by :meth:`finalize`, and at
+    interpreter exit) waits for them. Subclasses provide ``_kind`` (a drawing function of
+    :mod:`._png_render`) and :meth:`_spec`, and call :meth:`_poll` at each call.
+    """
+
+    _kind: ClassVar[str]
     _filename: str
     _writer: Writer | None
+    _background: bool
+
+    def _init_png(self, filename: str, kwargs: Mapping[str, Any]) -> None:
+        background = kwargs.get("background", True)
+        if not isinstance(background, bool):
+            message = f"{type(self).__name__}: background must be a bool, got {background!r}"
+            raise TypeError(message)
+        self._filename = filename
+        self._writer = kwargs.get("writer")
+        self._background = background
+        self._draw_state: dict[str, Any] = {}  # the figure kept by in-process drawing
+        self._images: deque[_Image] = deque()  # not written yet; [0] may be being drawn
+        self._owner = next(_owners)
+        self._forget: weakref.finalize[Any, Any] | None = None
+
+    def _spec(self) -> dict[str, Any]:
+        """Everything the image depends on, picklable (see :mod:`._png_render`)."""
+        raise NotImplementedError
 
     def render(self) -> bytes:
-        """Draw the image and return the PNG bytes."""
-        raise NotImplementedError
+        """Draw the image of the data so far in this process and return the PNG bytes.
+
+        Raises:
+            ImportError: matplotlib is not installed.
+        """
+        return self._draw_here(self._spec())
+
+    def _draw_here(self, spec: dict[str, Any]) -> bytes:
+        try:
+            draw = _png_render.DRAW[self._kind]
+            return draw(self._draw_state, spec)
+        except ImportError as error:
+            message = f'{type(self).__name__} needs matplotlib: pip install "ppe-training[plot]"'
+            raise ImportError(message) from error
 
     def _write(self, manager: ExtensionsManagerProtocol) -> None:
         writer = self._writer if self._writer is not None else manager.writer
         if writer is None:
             return
         filename = self._filename.format(epoch=manager.epoch, iteration=manager.iteration)
-        writer(filename, manager.out, self.render(), savefun=_write_bytes)
+        if not self._background:
+            writer(filename, manager.out, self.render(), savefun=_write_bytes)
+            return
+        image = _Image(filename, manager.out, writer, self._spec())
+        images = self._images
+        if len(images) > 1 and images[-1].same_target(image):
+            images[-1] = image  # not sent yet: only the newest image of a file is drawn
+        else:
+            images.append(image)
+        _png_worker.pending_owners.add(self)
+        if len(images) == 1:
+            self._send()
+        elif len(images) > _MAX_PENDING:
+            self.flush()
+
+    def _poll(self) -> None:
+        """Write the image the worker has drawn, if any (cheap when there is none)."""
+        images = self._images
+        if images:
+            drawing = images[0].drawing
+            if drawing is None:
+                self._send()
+            elif drawing.done:
+                self._complete()
+
+    def _send(self) -> None:
+        """Have the first image drawn by the worker, or draw it here when the worker cannot."""
+        images = self._images
+        while images:
+            image = images[0]
+            worker = _png_worker.get_worker()
+            drawing = worker.draw(self._kind, self._owner, image.spec) if worker else None
+            if drawing is not None:
+                image.drawing = drawing
+                if self._forget is None:
+                    self._forget = weakref.finalize(self, _png_worker.forget, self._owner)
+                return
+            images.popleft()
+            self._emit(image, self._draw_here(image.spec))
+
+    def _complete(self) -> None:
+        image = self._images.popleft()
+        drawing = image.drawing
+        png = drawing.png if drawing is not None else None
+        if png is None:  # the worker failed or ended: draw here (raising the drawing's error)
+            png = self._draw_here(image.spec)
+        self._emit(image, png)
+        self._send()
+
+    def _emit(self, image: _Image, png: bytes) -> None:
+        image.writer(image.filename, image.out, png, savefun=_write_bytes)
+
+    def flush(self) -> None:
+        """Write every image not written yet, waiting for the worker to draw them."""
+        images = self._images
+        while images:
+            drawing = images[0].drawing
+            if drawing is None:
+                self._send()
+                continue
+            if not drawing.wait(_WAIT_S):
+                drawing.finish(None, "timed out")
+            self._complete()
+        _png_worker.pending_owners.discard(self)
 
     def finalize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Finalize the extension's own writer, if it was given one."""
+        """Write the images not written yet; finalize the extension's own writer, if any."""
+        self.flush()
+        if self._forget is not None:
+            self._forget()
         if self._writer is not None:
             self._writer.finalize()
 
@@ -93,9 +220,14 @@ class PlotReport(PngExtension):
     never leaves a half-written image). The points and the partial interval are saved in
     snapshots, so a resumed run draws exactly the plot of an uninterrupted one.
 
-    matplotlib is imported when the first plot is drawn. The plot is drawn on a
-    standalone ``matplotlib.figure.Figure``: pyplot is not used and the user's backend is
-    neither chosen nor changed, so it works without a display.
+    The plot is drawn off the training path: by a worker process (started at the first plot;
+    it imports matplotlib, the training process does not), and the image is written from the
+    training thread at a later call once drawn (tens of milliseconds later), by
+    :meth:`finalize` at the latest; ``background=False`` draws and writes at the trigger, in
+    this process. Either way the plot is drawn on a standalone ``matplotlib.figure.Figure``
+    with the matplotlib settings (``rcParams``) of this process: pyplot is not used and the
+    user's backend is neither chosen nor changed, so it works without a display. A plot with a
+    ``postprocess`` is always drawn in this process (the function is the user's).
 
     Args:
         y_keys: Key or keys of the values to plot. ``None`` plots nothing.
@@ -110,12 +242,14 @@ class PlotReport(PngExtension):
             accepted as an alias.
         marker: Marker of the points; ``None`` draws lines only.
         grid: Draw the axes grid.
-        **kwargs: ``file_name`` (alias of ``filename``) and ``writer`` (a writer to use
-            instead of the manager's).
+        **kwargs: ``file_name`` (alias of ``filename``), ``writer`` (a writer to use
+            instead of the manager's) and ``background`` (``True`` by default: draw in the
+            plot worker).
 
     Raises:
         ImportError: matplotlib is not installed.
-        TypeError: An unknown keyword argument, or ``y_keys`` that are not strings.
+        TypeError: An unknown keyword argument, ``y_keys`` that are not strings, or a
+            ``background`` that is not a bool.
 
     Example:
         >>> manager.extend(extensions.PlotReport(["train/loss", "val/loss"], "epoch",
@@ -124,6 +258,7 @@ class PlotReport(PngExtension):
 
     trigger: TriggerLike = (1, "iteration")
     priority = PRIORITY_READER
+    _kind = "plot_report"
 
     def __init__(
         self,
@@ -156,14 +291,13 @@ class PlotReport(PngExtension):
         self._keys = keys if self._x_is_counter else (*keys, x_key)
         self._plot_trigger = get_trigger(trigger)
         self._postprocess = postprocess
-        self._filename = filename
         self._marker = marker
         self._grid = grid
-        self._writer: Writer | None = kwargs.get("writer")
+        self._init_png(filename, kwargs)
+        if postprocess is not None:
+            self._background = False
         self._summary = DictSummary()
         self._data: dict[str, list[tuple[float, float]]] = {key: [] for key in keys}
-        self._figure: Any = None  # drawn again at each trigger (without a postprocess)
-        self._lines: dict[str, Any] = {}
 
     @staticmethod
     def available() -> bool:
@@ -179,6 +313,8 @@ class PlotReport(PngExtension):
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Accumulate the observation; add points and write the plot when due."""
+        if self._images:
+            self._poll()
         observation = manager.observation
         values = {key: observation[key] for key in self._keys if key in observation}
         if values:
@@ -204,59 +340,43 @@ class PlotReport(PngExtension):
             if key in means:
                 self._data[key].append((x, float(means[key])))
 
-    def render(self) -> bytes:
-        """Draw the points so far and return the PNG image.
+    def _spec(self) -> dict[str, Any]:
+        return {
+            "y_keys": list(self._y_keys),
+            "x_key": self._x_key,
+            "marker": self._marker,
+            "grid": self._grid,
+            "data": {key: list(points) for key, points in self._data.items()},
+            "rc": _png_render.changed_rc(),
+        }
 
-        Without a ``postprocess``, one figure is kept and its lines are updated at each
-        trigger, with the legend's room beside the axes measured once (drawing a new figure
-        with a tight bounding box costs twice as much). A ``postprocess`` gets a new figure
-        each time.
+    def render(self) -> bytes:
+        """Draw the points so far in this process and return the PNG image.
+
+        Without a ``postprocess``, one figure is kept and its lines are updated at each draw.
+        A ``postprocess`` gets a new figure each time, saved with a tight bounding box.
 
         Raises:
             ImportError: matplotlib is not installed.
         """
-        if self._postprocess is not None:
-            figure, axes = self._new_figure()
-            self._postprocess(figure, axes, self._data)
-            buffer = io.BytesIO()
-            extra = [axes.get_legend()] if axes.get_legend() is not None else []
-            figure.savefig(buffer, format="png", bbox_extra_artists=extra, bbox_inches="tight")
-            return buffer.getvalue()
-        if self._figure is None:
-            self._figure, axes = self._new_figure()
-            legend = axes.get_legend()
-            if legend is not None:
-                from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-                renderer = FigureCanvasAgg(self._figure).get_renderer()  # type: ignore[no-untyped-call]
-                width = legend.get_window_extent(renderer).width
-                right = 1.0 - (width + 16.0) / self._figure.bbox.width
-                self._figure.subplots_adjust(right=max(right, 0.3))
-        else:
-            axes = self._figure.axes[0]
-            for key, line in self._lines.items():
-                points = self._data[key]
-                line.set_data([x for x, _ in points], [y for _, y in points])
-            axes.relim()
-            axes.autoscale_view()
-        buffer = io.BytesIO()
-        self._figure.savefig(buffer, format="png")
-        return buffer.getvalue()
-
-    def _new_figure(self) -> tuple[Any, Any]:
+        if self._postprocess is None:
+            return super().render()
         figure = _import_figure()()
         axes = figure.add_subplot()
-        self._lines = {}
         for key in self._y_keys:
             points = self._data[key]
-            xs = [x for x, _ in points]
-            ys = [y for _, y in points]
-            (self._lines[key],) = axes.plot(xs, ys, marker=self._marker, label=key)
+            axes.plot(
+                [x for x, _ in points], [y for _, y in points], marker=self._marker, label=key
+            )
         axes.legend(bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0)
         if self._grid:
             axes.grid()
         axes.set_xlabel(self._x_key)
-        return figure, axes
+        self._postprocess(figure, axes, self._data)
+        buffer = io.BytesIO()
+        extra = [axes.get_legend()] if axes.get_legend() is not None else []
+        figure.savefig(buffer, format="png", bbox_extra_artists=extra, bbox_inches="tight")
+        return buffer.getvalue()
 
     def state_dict(self) -> dict[str, Any]:
         """Return the points, the partial interval and the state of the plot trigger."""

@@ -113,8 +113,14 @@ class _Messenger(Extension):
         self._failsafe(action, what)
 
     def initialize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Post the start message."""
-        default = f"Training started (output directory: {manager.out})"
+        """Post the start message (``{default}`` says "resumed" in a resumed run)."""
+        if manager.iteration:
+            default = (
+                f"Training resumed at epoch {manager.epoch}, iteration {manager.iteration} "
+                f"(output directory: {manager.out})"
+            )
+        else:
+            default = f"Training started (output directory: {manager.out})"
         self._send(manager, self._start_msg, default, "post the start message")
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
@@ -256,6 +262,7 @@ class Slack(_Messenger):
         self._channel_id: str | None = None
         self._thread = thread
         self._thread_ts: str | None = None
+        self._resumed = False  # the thread was restored by load_state_dict
         self._filenames = filenames
         self._upload_trigger: Trigger | None = (
             None if upload_trigger is None else get_trigger(upload_trigger)
@@ -285,8 +292,10 @@ class Slack(_Messenger):
             self._thread_ts = response.get("ts")
 
     def initialize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Post the start message (the thread's first message with ``thread``)."""
-        self._thread_ts = None
+        """Post the start message (the thread's first message with ``thread``; in a run
+        resumed from a snapshot, a reply in the thread of the run it continues)."""
+        if not self._resumed:
+            self._thread_ts = None
         super().initialize(manager)
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
@@ -324,15 +333,24 @@ class Slack(_Messenger):
         self._web_client().files_upload_v2(**kwargs)
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the state of the upload trigger."""
-        if self._upload_trigger is None:
-            return {}
-        return {"upload_trigger": self._upload_trigger.state_dict()}
+        """Return the thread (its ``ts`` and channel ID) and the state of the upload trigger."""
+        state: dict[str, Any] = {"thread_ts": self._thread_ts, "channel_id": self._channel_id}
+        if self._upload_trigger is not None:
+            state["upload_trigger"] = self._upload_trigger.state_dict()
+        return state
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
-        """Restore a state returned by :meth:`state_dict`."""
+        """Restore a state returned by :meth:`state_dict`: a resumed run posts in the thread
+        of the run it continues."""
         if self._upload_trigger is not None and "upload_trigger" in to_load:
             self._upload_trigger.load_state_dict(to_load["upload_trigger"])
+        thread_ts = to_load.get("thread_ts")
+        if thread_ts is not None:
+            self._thread_ts = str(thread_ts)
+            self._resumed = True
+        channel_id = to_load.get("channel_id")
+        if channel_id is not None:
+            self._channel_id = str(channel_id)
 
 
 class SlackWebhook(_Messenger):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
@@ -12,6 +11,7 @@ import torch
 
 from pytorch_pfn_extras.training._extension import PRIORITY_READER
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
+from pytorch_pfn_extras.training.extensions import _png_render
 from pytorch_pfn_extras.training.extensions._plot_report import (
     PlotReport,
     PngExtension,
@@ -20,9 +20,7 @@ from pytorch_pfn_extras.training.extensions._plot_report import (
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
-    from pytorch_pfn_extras.writing import Writer
 
-_MISSING = 'VariableStatisticsPlot needs matplotlib: pip install "ppe-training[plot]"'
 _DEFAULT_SIGMAS = (0, 0.13, 2.28, 15.87, 50, 84.13, 97.72, 99.87, 100)
 
 FloatArray = npt.NDArray[np.floating[Any]]
@@ -224,8 +222,10 @@ class VariableStatisticsPlot(PngExtension):
     mean ± std as lines, against the iteration, and writes the PNG through the manager's
     writer. The sample and the trigger are saved in snapshots.
 
-    matplotlib is imported when the first plot is drawn, on a standalone figure (pyplot and
-    the backend are left alone).
+    As with :class:`PlotReport`, the image is drawn by the plot worker process off the
+    training path and written at a later call (at ``finalize`` at the latest), unless
+    ``background=False``; on a standalone figure either way (pyplot and the backend are left
+    alone).
 
     Args:
         targets: A tensor, a module, or a list of them.
@@ -242,7 +242,8 @@ class VariableStatisticsPlot(PngExtension):
         figsize: Size of the figure in inches; ``(6.4 * panels, 4.8)`` by default.
         marker: Marker of the mean and std lines.
         grid: Draw the grid.
-        **kwargs: ``file_name`` and ``writer`` (a writer to use instead of the manager's).
+        **kwargs: ``file_name``, ``writer`` (a writer to use instead of the manager's) and
+            ``background`` (``True`` by default: draw in the plot worker).
 
     Raises:
         ImportError: matplotlib is not installed.
@@ -256,6 +257,7 @@ class VariableStatisticsPlot(PngExtension):
     trigger: TriggerLike = (1, "iteration")
     priority = PRIORITY_READER
     needs_model_state = True
+    _kind = "variable_statistics"
 
     def __init__(
         self,
@@ -288,11 +290,10 @@ class VariableStatisticsPlot(PngExtension):
         self._targets = _tensors(targets)
         self._reservoir = Reservoir(max_sample_size, (len(self._keys), n_stats))
         self._plot_trigger = get_trigger(trigger)
-        self._filename = filename
         self._figsize = figsize
         self._marker = marker
         self._grid = grid
-        self._writer: Writer | None = kwargs.get("writer")
+        self._init_png(filename, kwargs)
 
     available = staticmethod(PlotReport.available)
 
@@ -324,6 +325,8 @@ class VariableStatisticsPlot(PngExtension):
 
         The statistics are computed only for the iterations the sample keeps.
         """
+        if self._images:
+            self._poll()
         slot = self._reservoir.next_slot()
         if slot is not None:
             stats = self.statistics()
@@ -332,69 +335,21 @@ class VariableStatisticsPlot(PngExtension):
         if self._plot_trigger(manager):
             self._write(manager)
 
-    def render(self) -> bytes:
-        """Draw the sampled statistics and return the PNG image.
-
-        Raises:
-            ImportError: matplotlib is not installed.
-        """
-        try:
-            from matplotlib.figure import Figure
-        except ImportError as error:
-            raise ImportError(_MISSING) from error
-        figsize = self._figsize or (6.4 * len(self._keys), 4.8)
-        figure = Figure(figsize=figsize, layout="constrained")
-        self._draw(figure)
-        buffer = io.BytesIO()
-        matplotlib_savefun(figure, buffer)
-        return buffer.getvalue()
-
-    def _draw(self, figure: Any) -> None:
+    def _spec(self) -> dict[str, Any]:
         idxs, data = self._reservoir.get_data()
         statistician = self._statistician
-        sigmas = statistician.percentile_sigmas
-        n_bands = len(sigmas) // 2
-        axes_list = figure.subplots(1, len(self._keys), squeeze=False)[0]
-        for k, (key, axes) in enumerate(zip(self._keys, axes_list, strict=True)):
-            rows = data[:, k, :]
-            column = 0
-            mean = std = None
-            if statistician.collect_mean:
-                mean = rows[:, column]
-                column += 1
-            if statistician.collect_std:
-                std = rows[:, column]
-                column += 1
-            percentiles = rows[:, column:]
-            for band in range(n_bands):
-                low, high = percentiles[:, band], percentiles[:, -band - 1]
-                label = f"{sigmas[band]:g}-{sigmas[-band - 1]:g} %ile"
-                alpha = 0.15 + 0.5 * (band + 1) / (n_bands + 1)
-                axes.fill_between(idxs, low, high, color="tab:blue", alpha=alpha, lw=0, label=label)
-            if len(sigmas) % 2:
-                axes.plot(idxs, percentiles[:, n_bands], color="navy", lw=1, label="median")
-            if mean is not None:
-                axes.plot(idxs, mean, color="tab:red", marker=self._marker, label="mean")
-            if std is not None:
-                center = mean if mean is not None else np.zeros_like(std)
-                name = "mean ± std" if mean is not None else "± std"
-                for sign in (1, -1):
-                    axes.plot(
-                        idxs,
-                        center + sign * std,
-                        color="tab:orange",
-                        ls="--",
-                        marker=self._marker,
-                        label=name if sign == 1 else None,
-                    )
-            axes.set_title(key)
-            axes.set_xlabel("iteration")
-            if self._grid:
-                axes.grid()
-        # One legend for all panels, beside them (the panels share their artists' labels).
-        handles, labels = axes_list[0].get_legend_handles_labels()
-        if handles:
-            figure.legend(handles, labels, loc="outside right upper", fontsize="small")
+        return {
+            "keys": list(self._keys),
+            "idxs": idxs,
+            "data": data,
+            "collect_mean": statistician.collect_mean,
+            "collect_std": statistician.collect_std,
+            "sigmas": statistician.percentile_sigmas,
+            "figsize": self._figsize,
+            "marker": self._marker,
+            "grid": self._grid,
+            "rc": _png_render.changed_rc(),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """Return the sampled statistics and the state of the plot trigger."""
