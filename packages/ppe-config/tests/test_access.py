@@ -109,6 +109,73 @@ def test_attribute_access_chains_and_works_in_getitem() -> None:
     assert config["/box.kwargs.copy"]() == {"a": 2, "b": 3}
 
 
+class Splits:
+    """A dataset whose splits are a dict and whose layers a list: items behind attributes."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.splits = {name: Box(n_data=n) for name, n in sizes.items()}
+        self.layers = [Box(units=n) for n in sorted(sizes.values())]
+
+    def __getitem__(self, key: str) -> str:
+        return f"item {key}"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/train_size", 8),  # '@/data.splits.train.kwargs.n_data': attribute, key, attributes
+        ("/first_units", {"units": 2}),  # '@/data.layers.0.kwargs': a list index
+        ("/last_units", 8),  # '@/data.layers.-1.kwargs.units': negative index, then a key
+        ("/plain_key", 3),  # '@/plain.b': a dict node of the config itself
+        ("/plain_index", "y"),  # '@/plain.l.1'
+        ("/int_key", "zero"),  # '@/int_keys.0': the YAML key 0
+        ("/item", "item n_data"),  # '@/data.n_data': no such attribute, so data['n_data']
+        ("/data.splits.valid.kwargs.n_data", 2),  # the same steps in a config access
+        ("/.plain.b", 3),  # attribute steps on the root value
+        ("/plain/.l.0", "x"),
+    ],
+)
+def test_attribute_steps_fall_back_to_dict_keys_and_list_indices(path: str, expected: Any) -> None:
+    config = Config(
+        {
+            "data": {"type": "Splits", "sizes": {"train": 8, "valid": 2}},
+            "plain": {"b": 3, "l": ["x", "y"]},
+            "int_keys": {0: "zero"},
+            "train_size": "@/data.splits.train.kwargs.n_data",
+            "first_units": "@/data.layers.0.kwargs",
+            "last_units": "@/data.layers.-1.kwargs.units",
+            "plain_key": "@/plain.b",
+            "plain_index": "@/plain.l.1",
+            "int_key": "@/int_keys.0",
+            "item": "@/data.n_data",
+        },
+        {"Splits": Splits},
+    )
+    assert config[path] == expected
+
+
+def test_an_attribute_wins_over_an_item_of_the_same_name() -> None:
+    config = Config({"d": {"keys": 1, "other": 2}, "ref": "@/d.keys", "item": "@/d/keys"})
+    assert sorted(config["/ref"]()) == ["keys", "other"]  # dict.keys, the method
+    assert config["/item"] == 1  # a path step reads the key
+
+
+def test_an_attribute_step_naming_neither_attribute_nor_item_is_an_attribute_error() -> None:
+    config = Config({"d": {"a": 1}, "l": [1, 2], "r": "@/d.b", "s": "@/l.2"})
+    with pytest.raises(
+        AttributeError,
+        match=r"^/r: reference '@/d.b': the dict object at /d has no attribute 'b' nor a key "
+        r"'b' \(its keys: 'a'\)$",
+    ):
+        config["/r"]
+    with pytest.raises(
+        AttributeError,
+        match=r"^config path '/l.2': the list object at /l has no attribute '2' nor an item "
+        r"'2' \(its valid indices: \[0, 2\)\)$",
+    ):
+        config["/l.2"]
+
+
 def test_typed_nodes_call_functions_classes_and_lambdas_with_evaluated_arguments() -> None:
     config = Config(
         {

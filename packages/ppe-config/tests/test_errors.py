@@ -10,8 +10,12 @@ import pytest
 from pytorch_pfn_extras.config import (
     CircularReferenceError,
     Config,
+    ConfigAttributeError,
     ConfigError,
+    ConfigIndexError,
     ConfigKeyError,
+    ConfigTypeError,
+    ConfigValueError,
 )
 
 
@@ -60,7 +64,7 @@ TYPES: dict[str, Any] = {"Net": Net, "pair": lambda first, second: (first, secon
         pytest.param(
             {"l": [1, 2]},
             "/l/5",
-            ConfigKeyError,
+            ConfigIndexError,
             "config path '/l/5' not found: /l is a list of 2 items, so '5' is not a valid "
             "index (expected an integer in [0, 2))",
             "/l/5",
@@ -70,7 +74,7 @@ TYPES: dict[str, Any] = {"Net": Net, "pair": lambda first, second: (first, secon
         pytest.param(
             {"l": [1, 2]},
             "/l/first",
-            ConfigKeyError,
+            ConfigTypeError,
             "config path '/l/first' not found: /l is a list of 2 items, so 'first' is not a "
             "valid index",
             "/l/first",
@@ -80,7 +84,7 @@ TYPES: dict[str, Any] = {"Net": Net, "pair": lambda first, second: (first, secon
         pytest.param(
             {"s": "text"},
             "/s/0",
-            ConfigKeyError,
+            ConfigTypeError,
             "config path '/s/0' not found: /s is a str ('text'), not a dict or a list, so it has "
             "no item '0'",
             "/s/0",
@@ -109,7 +113,7 @@ TYPES: dict[str, Any] = {"Net": Net, "pair": lambda first, second: (first, secon
         pytest.param(
             {"net": {"type": "Net", "hidden": 2}, "width": "@/net.width"},
             "/width",
-            ConfigError,
+            ConfigAttributeError,
             "/width: reference '@/net.width': the Net object at /net has no attribute 'width'",
             "/width",
             ("/width",),
@@ -128,7 +132,7 @@ TYPES: dict[str, Any] = {"Net": Net, "pair": lambda first, second: (first, secon
         pytest.param(
             {"m": {"type": {"type": "pair", "first": 1, "second": 2}}},
             "/m",
-            ConfigError,
+            ConfigTypeError,
             "/m: 'type' must evaluate to the name of a type (a string), got (1, 2)",
             "/m",
             ("/m",),
@@ -209,14 +213,157 @@ def test_wrong_arguments_name_the_arguments_given() -> None:
     assert isinstance(info.value.__cause__, TypeError)
 
 
-def test_error_classes_are_catchable_as_builtin_exceptions() -> None:
-    config = Config({"a": "@/a", "l": []}, TYPES)
-    with pytest.raises(KeyError):
-        config["/missing"]
-    with pytest.raises(RuntimeError):
-        config["/a"]
+class NeedsTwo(ValueError):
+    """A user's exception whose constructor does not take a single message."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+
+
+def divide(x: float) -> float:
+    return 1 / x
+
+
+def fail_with_two_arguments() -> None:
+    raise NeedsTwo(7, "bad")
+
+
+BUILTIN_CASES = [
+    pytest.param(
+        {"a": {"b": 1}},
+        "/a/c",
+        KeyError,
+        r"^config path '/a/c' not found: /a has no key 'c'",
+        id="missing-key",
+    ),
+    pytest.param(
+        {"l": [1, 2]},
+        "/l/2",
+        IndexError,
+        r"^config path '/l/2' not found: /l is a list of 2 items, so '2' is not a valid index",
+        id="missing-index",
+    ),
+    pytest.param(
+        {"l": [1], "r": "@/l/-2"},
+        "/r",
+        IndexError,
+        r"^/r: reference '@/l/-2' not found: /l is a list of 1 items",
+        id="missing-index-via-reference",
+    ),
+    pytest.param(
+        {"l": [1, 2]},
+        "/l/x",
+        TypeError,
+        r"so 'x' is not a valid index \(expected an integer",
+        id="index-not-an-integer",
+    ),
+    pytest.param(
+        {"n": 3, "r": "@/n/x"},
+        "/r",
+        TypeError,
+        r"^/r: reference '@/n/x' not found: /n is a int \(3\), not a dict or a list",
+        id="item-of-a-scalar",
+    ),
+    pytest.param(
+        {"m": {"type": "Nett"}},
+        "/m",
+        KeyError,
+        r"^/m: unknown type 'Nett' \(did you mean 'Net'\?\)",
+        id="unknown-type",
+    ),
+    pytest.param(
+        {"m": {"type": ["Net"]}},
+        "/m",
+        TypeError,
+        r"^/m: 'type' must evaluate to the name of a type \(a string\), got \['Net'\]",
+        id="type-not-a-name",
+    ),
+    pytest.param(
+        {"a": "@/b", "b": ["@/a"]},
+        "/a",
+        RuntimeError,
+        r"^circular reference: /a -> /b -> /b/0 -> /a$",
+        id="circular-reference",
+    ),
+    pytest.param(
+        {"n": {"type": "Net", "hidden": 1}, "w": "@/n.width"},
+        "/w",
+        AttributeError,
+        r"^/w: reference '@/n.width': the Net object at /n has no attribute 'width'$",
+        id="missing-attribute",
+    ),
+    pytest.param(
+        {"m": {"type": "Net", "hidden": -1}},
+        "/m",
+        ValueError,
+        r"^/m: type 'Net' \(.*Net\) called with arguments \(hidden\) raised ValueError: hidden must be positive, got -1$",
+        id="callable-raises-value-error",
+    ),
+    pytest.param(
+        {"m": {"type": "Net", "width": 1}},
+        "/m",
+        TypeError,
+        r"^/m: type 'Net' .* called with arguments \(width\) raised TypeError: .*'width'",
+        id="callable-given-a-wrong-argument",
+    ),
+    pytest.param(
+        {"m": {"type": "divide", "x": 0}},
+        "/m",
+        ZeroDivisionError,
+        r"^/m: type 'divide' .* raised ZeroDivisionError: division by zero$",
+        id="callable-raises-any-exception",
+    ),
+    pytest.param(
+        {"m": {"type": "two"}},
+        "/m",
+        ValueError,
+        r"^/m: type 'two' .* raised NeedsTwo: 7: bad$",
+        id="callable-raises-an-exception-needing-two-arguments",
+    ),
+]
+
+
+@pytest.mark.parametrize(("tree", "path", "builtin", "message"), BUILTIN_CASES)
+def test_every_error_is_the_builtin_exception_ppe_raises_with_a_clear_message(
+    tree: Any, path: str, builtin: type[Exception], message: str
+) -> None:
+    types = {**TYPES, "divide": divide, "two": fail_with_two_arguments}
+    config = Config(tree, types)
+    with pytest.raises(builtin, match=message) as info:  # what PPE 0.9 user code catches
+        config[path]
+    assert isinstance(info.value, ConfigError)
+    assert info.value.path.startswith("/")
+
+
+def test_an_exception_from_a_callable_keeps_its_class_and_is_chained() -> None:
+    config = Config(
+        {"m": {"type": "divide", "x": 0}, "t": {"type": "two"}},
+        {"divide": divide, "two": fail_with_two_arguments},
+    )
+    with pytest.raises(ZeroDivisionError) as info:
+        config["/m"]
+    assert type(info.value).__name__ == "ConfigZeroDivisionError"
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    with pytest.raises(ZeroDivisionError) as again:
+        config["/m"]
+    assert type(again.value) is type(info.value)
+    # NeedsTwo cannot be built from a message: the error is its nearest base that can
+    with pytest.raises(ConfigValueError) as nearest:
+        config["/t"]
+    assert not isinstance(nearest.value, NeedsTwo)
+    assert isinstance(nearest.value.__cause__, NeedsTwo)
+
+
+def test_the_error_classes_derive_from_the_builtins() -> None:
+    assert issubclass(ConfigKeyError, KeyError)
+    assert issubclass(ConfigIndexError, IndexError)
+    assert issubclass(ConfigIndexError, ConfigKeyError)  # every missing path is a KeyError too
+    assert issubclass(ConfigTypeError, TypeError)
+    assert issubclass(ConfigValueError, ValueError)
+    assert issubclass(ConfigAttributeError, AttributeError)
+    assert issubclass(CircularReferenceError, RuntimeError)
     with pytest.raises(KeyError) as info:
-        config["/l/0"]
+        Config({"l": []})["/l/0"]
     assert not str(info.value).startswith("'"), "KeyError's message is shown without quotes"
 
 
@@ -252,6 +399,9 @@ def test_invalid_access_paths_are_rejected() -> None:
 def test_a_very_long_reference_chain_fails_with_a_config_error() -> None:
     tree: dict[str, Any] = {"r0": 0}
     tree.update({f"r{i}": f"@/r{i - 1}" for i in range(1, 5000)})
-    with pytest.raises(ConfigError, match=r"'/r4999' nests deeper than Python's recursion limit"):
+    with pytest.raises(
+        ConfigError, match=r"'/r4999' nests deeper than Python's recursion limit"
+    ) as info:
         Config(tree)["/r4999"]
+    assert isinstance(info.value, RecursionError)  # what PPE raises
     assert Config(tree)["/r100"] == 0

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from pytorch_pfn_extras.config import CircularReferenceError, Config
+from pytorch_pfn_extras.config import (
+    CircularReferenceError,
+    Config,
+    ConfigTypeError,
+    ConfigValueError,
+)
 
 
 def write(path: Path, tree: Any) -> Path:
@@ -146,28 +151,44 @@ def test_a_missing_file_raises_file_not_found(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("tree", "message"),
     [
-        ({"import": 3}, r"main\.json: 'import' must be a file name or a list of file names, got 3"),
         (
-            {"import": ["a.json", 1]},
-            r"'import' must be a file name or a list .*got \['a\.json', 1\]",
+            {"import": 3},
+            r"main\.json: /import must be a file name or a list of file names, got 3",
         ),
         (
-            {"import": "list.json"},
-            r"list\.json \(imported by .*main\.json\) must hold a mapping at its top level",
+            {"model": {"import": ["a.json", 1]}},
+            r"main\.json: /model/import must be a file name or a list .*got \['a\.json', 1\]",
+        ),
+        (
+            {"import": "list.json", "seed": 1},
+            r"list\.json \(imported by .*main\.json at /import\) holds a list, which cannot be "
+            r"merged with other imports or the sibling keys \('seed'\): only a mapping can",
+        ),
+        (
+            {"data": {"import": ["list.json", "list.json"]}},
+            r"list\.json \(imported by .*main\.json at /data/import\) holds a list, which "
+            r"cannot be merged with other imports or the sibling keys \(none\)",
         ),
     ],
 )
-def test_bad_imports_are_rejected(tmp_path: Path, tree: Any, message: str) -> None:
+def test_bad_imports_are_type_errors_naming_the_file_and_the_place(
+    tmp_path: Path, tree: Any, message: str
+) -> None:
     write(tmp_path / "list.json", [1, 2])
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigTypeError, match=message) as info:
         Config.load_path(write(tmp_path / "main.json", tree))
+    assert isinstance(info.value, TypeError)  # PPE's os.path / item assignment raise TypeError
 
 
 def test_invalid_json_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "broken.json"
     path.write_text('{"a": 1,}', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"broken\.json: invalid JSON: Expecting property name"):
+    with pytest.raises(
+        ConfigValueError, match=r"broken\.json: invalid JSON: Expecting property name"
+    ) as info:
         Config.load_path(path)
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value.__cause__, json.JSONDecodeError)
 
 
 def test_yaml_without_pyyaml_names_the_extra(
@@ -207,3 +228,93 @@ def test_a_config_dumped_back_reloads_to_the_same_values(tmp_path: Path, suffix:
             "list": [1, 5],
         }
     )
+
+
+def test_imports_at_any_depth_merge_with_their_sibling_keys(tmp_path: Path) -> None:
+    """An ``import`` inside a dict (or a list item) loads a file there, relative to the file
+    that holds the key, and the keys beside it override the imported ones."""
+    write(tmp_path / "configs" / "parts" / "model.yaml", {"type": "MLP", "hidden": [64, 32]})
+    write(tmp_path / "configs" / "parts" / "layer.yaml", {"type": "Linear", "units": 5})
+    write(tmp_path / "shared" / "sgd.json", {"type": "SGD", "lr": 0.1, "momentum": 0.9})
+    main = tmp_path / "configs" / "main.yaml"
+    main.write_text(
+        "model:\n"
+        "  import: parts/model.yaml\n"
+        "  hidden: [128]\n"
+        "optimizer:\n"
+        "  import: ../shared/sgd.json\n"
+        "  lr: 0.5\n"
+        "  params: '@/model'\n"
+        "layers:\n"
+        "  - import: parts/layer.yaml\n"
+        "    units: 10\n"
+        "  - {import: parts/layer.yaml}\n",
+        encoding="utf-8",
+    )
+    types: dict[str, Any] = {
+        "MLP": lambda hidden: ("MLP", hidden),
+        "Linear": lambda units: ("Linear", units),
+        "SGD": lambda params, lr, momentum: ("SGD", params, lr, momentum),
+    }
+    config = Config.load_path(main, types=types)
+    assert config["!/"] == {
+        "model": {"type": "MLP", "hidden": [128]},
+        "optimizer": {"type": "SGD", "lr": 0.5, "momentum": 0.9, "params": "@/model"},
+        "layers": [{"type": "Linear", "units": 10}, {"type": "Linear", "units": 5}],
+    }
+    assert config["/optimizer"] == ("SGD", ("MLP", [128]), 0.5, 0.9)
+    assert config["/layers"] == [("Linear", 10), ("Linear", 5)]
+
+
+def test_a_nested_import_is_relative_to_the_file_that_holds_it(tmp_path: Path) -> None:
+    write(tmp_path / "a" / "b" / "relu.json", {"type": "ReLU", "inplace": False})
+    write(
+        tmp_path / "a" / "block.json",
+        {"activation": {"import": "b/relu.json", "inplace": True}, "width": 8},
+    )
+    main = write(
+        tmp_path / "main.json",
+        {"import": "a/block.json", "head": {"import": "a/block.json", "width": 2}},
+    )
+    assert Config.load_path(main)["!/"] == {
+        "activation": {"type": "ReLU", "inplace": True},
+        "width": 8,
+        "head": {"activation": {"type": "ReLU", "inplace": True}, "width": 2},
+    }
+
+
+def test_an_import_without_sibling_keys_places_any_value(tmp_path: Path) -> None:
+    write(tmp_path / "sizes.yaml", [64, 32, 16])
+    main = write(tmp_path / "main.yaml", {"hidden": {"import": "sizes.yaml"}, "n": "@/hidden/-1"})
+    config = Config.load_path(main)
+    assert config["/hidden"] == [64, 32, 16]
+    assert config["/n"] == 16
+
+
+def test_a_config_without_imports_is_returned_as_read(tmp_path: Path) -> None:
+    tree = {"a": {"b": [1, {"c": 2}]}, "d": "@/a/b/1/c"}
+    read: list[Any] = []
+
+    def loader(path: str) -> Any:
+        read.append(json.loads(Path(path).read_text()))
+        return read[-1]
+
+    config = Config.load_path(write(tmp_path / "plain.json", tree), loader=loader)
+    assert config["!/"] is read[0]
+    assert config["/d"] == 2
+
+
+def test_a_circular_import_at_depth_is_a_runtime_error_naming_the_files(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", {"model": {"import": "sub/b.yaml", "lr": 1}})
+    write(tmp_path / "sub" / "b.yaml", {"layers": [{"import": "../a.yaml"}]})
+    with pytest.raises(RuntimeError) as info:
+        Config.load_path(tmp_path / "a.yaml")
+    assert isinstance(info.value, CircularReferenceError)
+    a, b, back = tmp_path / "a.yaml", tmp_path / "sub" / "b.yaml", tmp_path / "sub" / "../a.yaml"
+    assert str(info.value) == f"circular import: {a} -> {b} -> {back}"
+
+
+def test_a_file_importing_itself_at_depth_is_circular(tmp_path: Path) -> None:
+    path = write(tmp_path / "self.json", {"x": {"y": {"import": "self.json"}}})
+    with pytest.raises(RuntimeError, match=r"^circular import: .*self\.json -> .*self\.json$"):
+        Config.load_path(path)

@@ -68,6 +68,11 @@ def run_study(path: Path, storage: str | None, n_trials: int) -> optuna.Study:
     return study
 
 
+# SEARCH_SPACE uses optuna's deprecated kinds: optuna_types gives optuna's own methods, which warn
+DEPRECATED = pytest.mark.filterwarnings("ignore:suggest_.* has been deprecated:FutureWarning")
+
+
+@DEPRECATED
 @pytest.mark.parametrize("storage", ["memory", "sqlite"])
 def test_a_study_optimises_an_objective_read_from_a_config_file(
     tmp_path: Path, storage: str
@@ -94,6 +99,7 @@ def test_a_study_optimises_an_objective_read_from_a_config_file(
         assert loaded.best_params == study.best_params
 
 
+@DEPRECATED
 def test_a_fixed_trial_rebuilds_the_best_config(tmp_path: Path) -> None:
     path = tmp_path / "search.json"
     path.write_text(json.dumps(SEARCH_SPACE), encoding="utf-8")
@@ -146,46 +152,61 @@ def test_the_optimizer_type_itself_can_be_searched() -> None:
     assert seen == {"SGD", "Adam"}
 
 
+@pytest.mark.parametrize("make_trial", ["ask", "fixed"])
+def test_optuna_types_are_the_trials_own_suggest_methods(make_trial: str) -> None:
+    trial = optuna.create_study().ask() if make_trial == "ask" else optuna.trial.FixedTrial({})
+    types = optuna_types(trial)
+    assert sorted(types) == NAMES
+    for name, fn in types.items():
+        method = name.removeprefix("optuna_")
+        assert fn == getattr(trial, method), name  # the bound method of this very trial
+        assert fn.__self__ is trial  # type: ignore[attr-defined]
+        assert fn.__func__ is getattr(type(trial), method)  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(
-    ("deprecated", "node", "kwargs"),
+    ("deprecated", "kwargs"),
     [
-        ("suggest_uniform", "optuna_suggest_uniform", {"low": 0.1, "high": 0.9}),
-        ("suggest_loguniform", "optuna_suggest_loguniform", {"low": 0.1, "high": 0.9}),
-        (
-            "suggest_discrete_uniform",
-            "optuna_suggest_discrete_uniform",
-            {"low": 0.0, "high": 1.0, "q": 0.25},
-        ),
+        ("suggest_uniform", {"low": 0.1, "high": 0.9}),
+        ("suggest_loguniform", {"low": 0.1, "high": 0.9}),
+        ("suggest_discrete_uniform", {"low": 0.0, "high": 1.0, "q": 0.25}),
     ],
 )
-def test_deprecated_names_keep_optuna_semantics_without_its_warning(
-    deprecated: str, node: str, kwargs: dict[str, Any]
+def test_deprecated_names_are_optunas_methods_with_a_fallback_for_trials_without_them(
+    deprecated: str, kwargs: dict[str, Any]
 ) -> None:
-    """The search space equals the one of optuna's deprecated method of the same name."""
+    """A trial without the deprecated method (an optuna that removed it) gets the same search
+    space through ``suggest_float``, without a warning."""
+
+    class NewTrial:  # a trial-like object with only the current methods
+        def __init__(self, trial: Any) -> None:
+            self.suggest_categorical = trial.suggest_categorical
+            self.suggest_float = trial.suggest_float
+            self.suggest_int = trial.suggest_int
+
     study = optuna.create_study()
     old_trial, new_trial = study.ask(), study.ask()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # optuna's deprecation of the old method
-        getattr(old_trial, deprecated)("p", *kwargs.values())
+    node = {"p": {"type": f"optuna_{deprecated}", "name": "p", **kwargs}}
+    with pytest.warns(FutureWarning, match=f"{deprecated} has been deprecated"):
+        old = Config(node, optuna_types(old_trial))["/p"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        Config({"p": {"type": node, "name": "p", **kwargs}}, optuna_types(new_trial))["/p"]
+        new = Config(node, optuna_types(NewTrial(new_trial)))["/p"]  # type: ignore[arg-type]
     assert new_trial.distributions["p"] == old_trial.distributions["p"]
+    assert kwargs["low"] <= min(old, new) <= max(old, new) <= kwargs["high"]
 
 
-def test_optuna_types_provides_every_documented_name() -> None:
-    assert sorted(optuna_types(optuna.trial.FixedTrial({}))) == NAMES
-
-
-def test_load_path_with_optuna_types_refuses_to_shadow_an_optuna_type(tmp_path: Path) -> None:
-    path = tmp_path / "c.json"
-    path.write_text("{}", encoding="utf-8")
-    types = {"optuna_suggest_int": int, "mine": str}
-    with pytest.raises(
-        ValueError, match=r"types already defines 'optuna_suggest_int', which optuna_types"
-    ):
-        load_path_with_optuna_types(path, optuna.trial.FixedTrial({}), types=types)
-    assert types == {"optuna_suggest_int": int, "mine": str}
+def test_load_path_with_optuna_types_replaces_same_named_types(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "n: {type: optuna_suggest_int, name: n, low: 1, high: 3}\nm: {type: mine}\n",
+        encoding="utf-8",
+    )
+    types = {"optuna_suggest_int": lambda **kwargs: "shadowed", "mine": lambda: "mine"}
+    config = load_path_with_optuna_types(path, optuna.trial.FixedTrial({"n": 2}), types=types)
+    assert (config["/n"], config["/m"]) == (2, "mine")
+    assert list(types) == ["optuna_suggest_int", "mine"]  # the caller's dict is left alone
+    assert types["optuna_suggest_int"]() == "shadowed"
 
 
 def test_load_path_with_optuna_types_does_not_modify_the_given_types(tmp_path: Path) -> None:
@@ -206,7 +227,8 @@ def test_a_suggestion_outside_its_range_names_the_config_path() -> None:
         optuna_types(optuna.create_study().ask()),
     )
     with pytest.raises(
-        ConfigError, match=r"^/p: type 'optuna_suggest_int' .* raised ValueError"
+        ValueError, match=r"^/p: type 'optuna_suggest_int' \(.*suggest_int\) .* raised ValueError"
     ) as info:
         config["/p"]
+    assert isinstance(info.value, ConfigError)
     assert isinstance(info.value.__cause__, ValueError)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pytorch_pfn_extras.config import Config, ConfigKeyError
+from pytorch_pfn_extras.config import Config, ConfigError, ConfigValueError
 
 TREE = {
     "lr": 0.1,
@@ -79,33 +79,53 @@ def test_update_rejects_strings_that_do_not_fit_the_existing_type(
     path: str, value: str, message: str
 ) -> None:
     config = Config(TREE)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigValueError, match=message) as info:
         config.update_via_args([(path, value)])
+    assert isinstance(info.value, ValueError)  # what PPE raises for a value it cannot cast
 
 
 def test_update_rejects_casting_a_string_to_an_arbitrary_object() -> None:
     config = Config({"obj": object()})
-    with pytest.raises(
-        ValueError, match=r"/obj holds a value of type object, which a string cannot be cast to"
+    with pytest.raises(  # PPE calls object("x"): a TypeError
+        TypeError, match=r"/obj holds a value of type object, which a string cannot be cast to"
     ):
         config.update_via_args([("/obj", "x")])
 
 
 @pytest.mark.parametrize(
-    ("path", "message"),
+    ("path", "error", "message"),
     [
-        ("/missing", r"config path '/missing' does not exist: / has no key 'missing'"),
-        ("/hidden/5", r"config path '/hidden/5' does not exist: /hidden is a list of 2 items"),
-        ("/ref/x", r"/ref is '@/lr', not a dict or a list \(update the path a reference points to"),
-        ("/", r"expected the path of a value such as '/optimizer/lr', got '/'"),
-        ("!/lr", r"got '!/lr' \(no '!', no attribute access, not the root\)"),
-        ("/lr.real", r"got '/lr.real'"),
+        (
+            "/missing",
+            KeyError,
+            r"config path '/missing' does not exist in the raw config: / has no key 'missing'",
+        ),
+        (
+            "/hidden/5",
+            IndexError,
+            r"config path '/hidden/5' does not exist in the raw config: /hidden is a list of 2 "
+            r"items, so '5' is not a valid index \(expected an integer in \[0, 2\)\)",
+        ),
+        ("/hidden/x", TypeError, r"/hidden is a list of 2 items, so 'x' is not a valid index"),
+        (
+            "/ref/x",
+            TypeError,
+            r"/ref is a str \('@/lr'\), not a dict or a list, so it has no item 'x' \(update the "
+            r"path the reference points to instead of going through it\)",
+        ),
+        ("/", KeyError, r"expected the path of a value such as '/optimizer/lr', got '/'"),
+        ("!/lr", KeyError, r"got '!/lr' \(no '!', no attribute access, not the root\)"),
+        ("/lr.real", KeyError, r"got '/lr.real'"),
     ],
 )
-def test_update_rejects_paths_that_do_not_exist(path: str, message: str) -> None:
+def test_update_rejects_paths_that_do_not_exist(
+    path: str, error: type[Exception], message: str
+) -> None:
     config = Config(TREE)
-    with pytest.raises(ConfigKeyError, match=message):
+    with pytest.raises(ConfigError, match=message) as info:
         config.update_via_args([(path, "1")])
+    assert isinstance(info.value, error)
+    assert info.value.path == path
 
 
 def test_updates_apply_together_or_not_at_all() -> None:

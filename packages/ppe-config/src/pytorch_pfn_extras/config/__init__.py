@@ -7,14 +7,26 @@ from __future__ import annotations
 
 from pytorch_pfn_extras.config._config import Config
 from pytorch_pfn_extras.config._customize import customize_type
-from pytorch_pfn_extras.config._errors import CircularReferenceError, ConfigError, ConfigKeyError
+from pytorch_pfn_extras.config._errors import (
+    CircularReferenceError,
+    ConfigAttributeError,
+    ConfigError,
+    ConfigIndexError,
+    ConfigKeyError,
+    ConfigTypeError,
+    ConfigValueError,
+)
 from pytorch_pfn_extras.config._version import __version__
 
 __all__ = [
     "CircularReferenceError",
     "Config",
+    "ConfigAttributeError",
     "ConfigError",
+    "ConfigIndexError",
     "ConfigKeyError",
+    "ConfigTypeError",
+    "ConfigValueError",
     "__version__",
     "customize_type",
 ]

@@ -10,17 +10,21 @@ from typing import TYPE_CHECKING, Any
 from pytorch_pfn_extras.config._customize import default_kwargs_of
 from pytorch_pfn_extras.config._errors import (
     CircularReferenceError,
+    ConfigAttributeError,
     ConfigError,
     ConfigKeyError,
+    ConfigTypeError,
+    error_like,
 )
 from pytorch_pfn_extras.config._load import load_tree
 from pytorch_pfn_extras.config._path import (
     MISSING,
+    ChildNotFound,
     KeyPath,
-    dict_key,
+    attribute_or_item,
+    child_key,
     format_chain,
     format_path,
-    list_index,
     parse_path,
 )
 from pytorch_pfn_extras.config._update import update_tree
@@ -43,7 +47,9 @@ class Config:
       itself a reference or a typed dict must evaluate to a name of ``types``;
     - a string ``'@/absolute/path'`` or ``'@relative/../path'`` is replaced by the value at
       that path (relative paths start at the dict or list holding the string);
-      ``'@/path.attr'`` takes an attribute of that value, ``'@!/path'`` its raw tree;
+      ``'@/path.attr'`` takes an attribute of that value (or, if it has none of that name,
+      its item: a dict key, a list index such as ``'@/layers.0'``), ``'@!/path'`` its raw
+      tree;
     - dicts and lists are evaluated element by element; other values are returned as they are.
 
     Every node is evaluated at most once: a callable runs only if something needs its value,
@@ -56,12 +62,19 @@ class Config:
         types: Names usable as ``type``, mapped to callables (functions, classes, lambdas).
 
     Raises:
-        ConfigKeyError: (on access) a missing key, a bad list index, an unknown type, or a
+        ConfigKeyError: (on access; a ``KeyError``) a missing key, an unknown type, or a
             reference to a path that does not exist.
-        CircularReferenceError: (on access) references that form a cycle; the message shows
-            it, e.g. ``/a -> /b -> /a``.
-        ConfigError: (on access) a callable that raised (its exception is chained as
-            ``__cause__``) or a missing attribute.
+        ConfigIndexError: (on access; an ``IndexError`` and a `ConfigKeyError`) a list index
+            out of range.
+        ConfigTypeError: (on access; a ``TypeError``) a path through a scalar, a list index
+            that is not an integer, a ``type`` that does not evaluate to a name.
+        ConfigAttributeError: (on access; an ``AttributeError``) an attribute step that names
+            neither an attribute nor an item.
+        CircularReferenceError: (on access; a ``RuntimeError``) references that form a cycle;
+            the message shows it, e.g. ``/a -> /b -> /a``.
+        ConfigError: (on access) a callable that raised: the error is also an instance of the
+            exception's class (``except ValueError:`` catches it) and chains it as
+            ``__cause__``.
 
     Example:
         >>> config = Config(
@@ -87,12 +100,14 @@ class Config:
         loader: Callable[[str], Any] | None = None,
         types: Mapping[str, Callable[..., Any]] | None = None,
     ) -> Self:
-        """Read a config file, resolving its ``import`` key, and wrap it in a `Config`.
+        """Read a config file, resolving its ``import`` keys, and wrap it in a `Config`.
 
-        A top-level ``import: other.json`` (or a list of files) merges those files first, in
-        order, then the importing file's own keys on top: dicts merge key by key, other values
-        replace, and a dict whose ``type`` differs from the imported one replaces it whole.
-        Imported paths are relative to the importing file; imports may nest.
+        An ``import: other.json`` key (or a list of files), at the top of the file or in any
+        dict below it, merges those files first, in order, then the keys beside ``import`` on
+        top: dicts merge key by key, other values replace, and a dict whose ``type`` differs
+        from the imported one replaces it whole. An ``import`` alone in its dict puts the
+        file's content there as it is (a list too). Imported paths are relative to the file
+        holding the key; imports may nest.
 
         Args:
             path: The file to read.
@@ -107,9 +122,11 @@ class Config:
 
         Raises:
             FileNotFoundError: The file, or a file it imports, does not exist.
-            ValueError: A file is not valid JSON, or its ``import`` value is not a file name
-                or a list of them.
-            CircularReferenceError: Files import each other in a cycle (the message shows it).
+            ConfigValueError: A file is not valid JSON (a ``ValueError``).
+            ConfigTypeError: An ``import`` value is not a file name or a list of them, or an
+                imported file that must be merged does not hold a mapping (a ``TypeError``).
+            CircularReferenceError: Files import each other in a cycle (a ``RuntimeError``;
+                the message shows the files).
             ImportError: A YAML file without PyYAML: ``pip install "ppe-config[yaml]"``.
 
         Example:
@@ -130,8 +147,11 @@ class Config:
                 must exist in the raw tree and may not pass through a reference.
 
         Raises:
-            ConfigKeyError: A path that does not exist.
-            ValueError: A string that cannot be cast to the existing type.
+            ConfigKeyError: A path that does not exist (a `ConfigIndexError` for a list index
+                out of range).
+            ConfigTypeError: A path through a scalar or a reference, a list index that is not
+                an integer, or a string for a value that no string can be cast to.
+            ConfigValueError: A string that cannot be cast to the existing type.
 
         Example:
             >>> config.update_via_args([("/optimizer/lr", "0.01"), ("/debug", "true")])
@@ -146,7 +166,7 @@ class Config:
         """Evaluate the value at ``path`` (``'/a/b/0'``, ``'/a.attr'``, ``'!/a'`` for raw)."""
         if not isinstance(path, str):
             message = f"config paths are strings such as '/model/lr', got {path!r}"
-            raise TypeError(message)
+            raise ConfigTypeError(message, path=str(path))
         try:
             parsed = parse_path(path, ())
         except ValueError as exc:
@@ -164,7 +184,7 @@ class Config:
                 f"({sys.getrecursionlimit()}): the config has a very long chain of references "
                 "or very deep nesting"
             )
-            raise ConfigError(message, path=path) from exc
+            raise error_like(exc, message, path=path) from exc
         return value
 
     # ------------------------------------------------------------------ evaluation
@@ -224,7 +244,7 @@ class Config:
                     f"{format_path(key)}: 'type' must evaluate to the name of a type (a "
                     f"string), got {name!r}{_chain_note(stack)}"
                 )
-                raise ConfigError(message, path=format_path(key), trace=_trace(stack))
+                raise ConfigTypeError(message, path=format_path(key), trace=_trace(stack))
         fn = self._types.get(name)
         if fn is None:
             raise self._unknown_type(key, name, stack)
@@ -242,7 +262,7 @@ class Config:
                 f"({', '.join(map(str, kwargs))}) raised {type(exc).__name__}: {exc}"
                 f"{_chain_note(stack)}"
             )
-            raise ConfigError(message, path=format_path(key), trace=_trace(stack)) from exc
+            raise error_like(exc, message, path=format_path(key), trace=_trace(stack)) from exc
 
     def _unknown_type(self, key: KeyPath, name: str, stack: _Stack) -> ConfigKeyError:
         import difflib
@@ -267,16 +287,16 @@ class Config:
         stack: _Stack,
     ) -> Any:
         for i, attr in enumerate(attrs):
-            try:
-                value = getattr(value, attr)
-            except AttributeError as exc:
+            found = attribute_or_item(value, attr)
+            if found is MISSING:
                 owner = format_path(target) + "".join("." + a for a in attrs[:i])
                 message = (
                     f"{_where(at, text)}: the {type(value).__name__} object at {owner} has no "
-                    f"attribute {attr!r}{_chain_note(stack)}"
+                    f"attribute {attr!r}{_no_item(value, attr)}{_chain_note(stack)}"
                 )
                 where = text if at is None else format_path(at)
-                raise ConfigError(message, path=where, trace=_trace(stack)) from exc
+                raise ConfigAttributeError(message, path=where, trace=_trace(stack))
+            value = found
         return value
 
     # ------------------------------------------------------------------ path lookup
@@ -300,26 +320,10 @@ class Config:
                 previous = canon
                 canon, node = self._follow(canon, node, stack, at, text, followed)
                 followed = (*followed, previous)
-            if isinstance(node, (dict, Mapping)):
-                k = dict_key(comp, node)
-                if k is MISSING:
-                    shown = ", ".join(map(repr, list(node)[:20])) or "none"
-                    detail = f"{format_path(canon)} has no key {comp!r} (its keys: {shown})"
-                    raise self._not_found(at, text, detail, stack)
-            elif isinstance(node, (list, tuple)):
-                k = list_index(comp, len(node))
-                if k is MISSING:
-                    detail = (
-                        f"{format_path(canon)} is a list of {len(node)} items, so {comp!r} is "
-                        f"not a valid index (expected an integer in [0, {len(node)}))"
-                    )
-                    raise self._not_found(at, text, detail, stack)
-            else:
-                detail = (
-                    f"{format_path(canon)} is a {type(node).__name__} ({node!r:.60}), not a "
-                    f"dict or a list, so it has no item {comp!r}"
-                )
-                raise self._not_found(at, text, detail, stack)
+            try:
+                k = child_key(node, comp, canon)
+            except ChildNotFound as missing:
+                raise self._not_found(at, text, missing.detail, stack, missing.kind) from None
             canon = (*canon, k)
             node = node[k]
         return canon, node
@@ -351,17 +355,32 @@ class Config:
         return self._locate(parsed.keys, stack, canon, node, (*following, canon))
 
     def _not_found(
-        self, at: KeyPath | None, text: str, detail: str, stack: _Stack
-    ) -> ConfigKeyError:
+        self,
+        at: KeyPath | None,
+        text: str,
+        detail: str,
+        stack: _Stack,
+        kind: type[ConfigError] = ConfigKeyError,
+    ) -> ConfigError:
         message = f"{_where(at, text)} not found: {detail}{_chain_note(stack)}"
         where = text if at is None else format_path(at)
-        return ConfigKeyError(message, path=where, trace=_trace(stack))
+        return kind(message, path=where, trace=_trace(stack))
 
 
 def _where(at: KeyPath | None, text: str) -> str:
     if at is None:
         return f"config path {text!r}"
     return f"{format_path(at)}: reference {text!r}"
+
+
+def _no_item(value: Any, name: str) -> str:
+    """The second half of a failed attribute step's message: the item was not there either."""
+    if isinstance(value, Mapping):
+        shown = ", ".join(map(repr, list(value)[:20])) or "none"
+        return f" nor a key {name!r} (its keys: {shown})"
+    if isinstance(value, (list, tuple)):
+        return f" nor an item {name!r} (its valid indices: [0, {len(value)}))"
+    return ""
 
 
 def _chain_note(keys: Iterable[KeyPath]) -> str:

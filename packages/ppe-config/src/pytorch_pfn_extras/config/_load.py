@@ -6,9 +6,14 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from pytorch_pfn_extras.config._errors import CircularReferenceError
+from pytorch_pfn_extras.config._errors import (
+    CircularReferenceError,
+    ConfigTypeError,
+    ConfigValueError,
+)
+from pytorch_pfn_extras.config._path import KeyPath, format_path
 
 _YAML_SUFFIXES = (".yaml", ".yml")
 _YAML_STREAM_LOADERS = ("safe_load", "full_load", "unsafe_load")
@@ -44,27 +49,62 @@ def _load(path: str, loader: Callable[[str], Any] | None, history: tuple[str, ..
         message = f"circular import: {cycle}"
         raise CircularReferenceError(message, path=path, trace=history)
     tree = _read(path, loader, history[-1] if history else None)
-    if not isinstance(tree, Mapping) or "import" not in tree:
-        return tree
-    imports = tree["import"]
-    if isinstance(imports, str):
-        imports = [imports]
-    elif not (isinstance(imports, list) and all(isinstance(name, str) for name in imports)):
-        message = f"{path}: 'import' must be a file name or a list of file names, got {imports!r}"
-        raise ValueError(message)
+    return _expand(tree, _File(path, loader, (*history, path)), ())
+
+
+class _File(NamedTuple):
+    """The file whose tree `_expand` walks: imports are relative to it, and it joins the chain
+    of importing files that detects cycles."""
+
+    path: str
+    loader: Callable[[str], Any] | None
+    history: tuple[str, ...]
+
+
+def _expand(node: Any, file: _File, where: KeyPath) -> Any:
+    """Resolve every ``import`` key in ``node`` (at ``where`` in ``file``), at any depth.
+
+    Returns ``node`` itself when it holds no import, so a config without imports is not copied.
+    """
+    if isinstance(node, Mapping):
+        siblings = {
+            key: _expand(value, file, (*where, key))
+            for key, value in node.items()
+            if key != "import"
+        }
+        if "import" in node:
+            return _import(node["import"], siblings, file, where)
+        unchanged = all(siblings[key] is value for key, value in node.items())
+        return node if unchanged else siblings
+    if isinstance(node, list):
+        items = [_expand(value, file, (*where, i)) for i, value in enumerate(node)]
+        return node if all(new is old for new, old in zip(items, node)) else items
+    return node
+
+
+def _import(imports: Any, siblings: dict[Any, Any], file: _File, where: KeyPath) -> Any:
+    """Merge the files named by an ``import`` value, in order, then ``siblings`` on top."""
+    at = format_path((*where, "import"))
+    names = [imports] if isinstance(imports, str) else imports
+    if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+        message = f"{file.path}: {at} must be a file name or a list of file names, got {imports!r}"
+        raise ConfigTypeError(message, path=at)
+    if len(names) == 1 and not siblings:  # the file's content as it is, even a list
+        return _load(os.path.join(os.path.dirname(file.path), names[0]), file.loader, file.history)
     merged: Any = {}
-    directory = os.path.dirname(path)
-    for name in imports:
-        sub_path = os.path.join(directory, name)
-        sub = _load(sub_path, loader, (*history, path))
+    for name in names:
+        sub_path = os.path.join(os.path.dirname(file.path), name)
+        sub = _load(sub_path, file.loader, file.history)
         if not isinstance(sub, Mapping):
+            keys = ", ".join(map(repr, siblings)) or "none"
             message = (
-                f"{sub_path} (imported by {path}) must hold a mapping at its top level to be "
-                f"merged, got a {type(sub).__name__}"
+                f"{sub_path} (imported by {file.path} at {at}) holds a {type(sub).__name__}, "
+                f"which cannot be merged with other imports or the sibling keys ({keys}): "
+                "only a mapping can"
             )
-            raise ValueError(message)
+            raise ConfigTypeError(message, path=at)
         merged = merge(merged, sub)
-    return merge(merged, {key: value for key, value in tree.items() if key != "import"})
+    return merge(merged, siblings)
 
 
 def _read(path: str, loader: Callable[[str], Any] | None, importer: str | None) -> Any:
@@ -90,7 +130,7 @@ def _read_json(path: str) -> Any:
             return json.load(stream)
         except json.JSONDecodeError as exc:
             message = f"{path}: invalid JSON: {exc}"
-            raise ValueError(message) from exc
+            raise ConfigValueError(message, path="/") from exc
 
 
 def _read_yaml(path: str) -> Any:

@@ -5,6 +5,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple
 
+from pytorch_pfn_extras.config._errors import (
+    ConfigError,
+    ConfigIndexError,
+    ConfigKeyError,
+    ConfigTypeError,
+)
+
 KeyPath = tuple[Hashable, ...]
 MISSING: Any = object()
 
@@ -103,3 +110,72 @@ def list_index(comp: Any, size: int) -> Any:
     if -size <= index < 0:
         index += size
     return index if 0 <= index < size else MISSING
+
+
+class ChildNotFound(Exception):
+    """Raised by `child_key`: ``kind`` is the error to report, ``detail`` says why (callers add
+    which path or reference was being looked up)."""
+
+    def __init__(self, kind: type[ConfigError], detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def child_key(node: Any, comp: Any, where: KeyPath) -> Any:
+    """The key (dict) or non-negative index (list, tuple) of the child of ``node`` that path
+    component ``comp`` names; ``where`` is the path of ``node``.
+
+    Raises:
+        ChildNotFound: With `ConfigKeyError` for a missing key, `ConfigIndexError` for an index
+            out of range, `ConfigTypeError` for an index that is not an integer or a ``node``
+            that is neither a dict nor a list (the exceptions PPE raises there).
+    """
+    if isinstance(node, Mapping):
+        key = dict_key(comp, node)
+        if key is MISSING:
+            shown = ", ".join(map(repr, list(node)[:20])) or "none"
+            detail = f"{format_path(where)} has no key {comp!r} (its keys: {shown})"
+            raise ChildNotFound(ConfigKeyError, detail)
+        return key
+    if isinstance(node, (list, tuple)):
+        index = list_index(comp, len(node))
+        if index is MISSING:
+            kind = ConfigIndexError if as_int(comp) is not None else ConfigTypeError
+            detail = (
+                f"{format_path(where)} is a list of {len(node)} items, so {comp!r} is not a "
+                f"valid index (expected an integer in [0, {len(node)}))"
+            )
+            raise ChildNotFound(kind, detail)
+        return index
+    detail = (
+        f"{format_path(where)} is a {type(node).__name__} ({node!r:.60}), not a dict or a "
+        f"list, so it has no item {comp!r}"
+    )
+    raise ChildNotFound(ConfigTypeError, detail)
+
+
+def attribute_or_item(value: Any, name: str) -> Any:
+    """``getattr(value, name)``, else the item ``name`` names (a dict key, a list index such as
+    ``'0'`` or ``'-1'``, or ``value[name]``); ``MISSING`` if there is neither.
+
+    This is one attribute step of a path (``'@/dataset.n_data'``, ``'@/loaders.train'`` on a
+    dict, ``'@/layers.0'`` on a list). The attribute wins: ``.keys`` of a dict is its method.
+    """
+    try:
+        return getattr(value, name)
+    except AttributeError:
+        pass
+    if isinstance(value, Mapping):
+        key = dict_key(name, value)
+        return MISSING if key is MISSING else value[key]
+    if isinstance(value, (list, tuple)):
+        index = list_index(name, len(value))
+        return MISSING if index is MISSING else value[index]
+    number = as_int(name)
+    for key in (name,) if number is None else (number, name):
+        try:
+            return value[key]
+        except (LookupError, TypeError):  # no such item, or no item access at all
+            continue
+    return MISSING

@@ -6,14 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pytorch_pfn_extras.config._errors import ConfigKeyError
-from pytorch_pfn_extras.config._path import (
-    MISSING,
-    dict_key,
-    format_path,
-    list_index,
-    parse_path,
-)
+from pytorch_pfn_extras.config._errors import ConfigKeyError, ConfigTypeError, ConfigValueError
+from pytorch_pfn_extras.config._path import ChildNotFound, child_key, parse_path
 
 
 def update_tree(tree: Any, path: str, value: Any) -> Any:
@@ -21,7 +15,7 @@ def update_tree(tree: Any, path: str, value: Any) -> Any:
     only the containers on the way are copied)."""
     if not isinstance(path, str):
         message = f"update_via_args: paths are strings such as '/optimizer/lr', got {path!r}"
-        raise TypeError(message)
+        raise ConfigTypeError(message, path=str(path))
     try:
         parsed = parse_path(path, ())
     except ValueError as exc:
@@ -37,31 +31,17 @@ def update_tree(tree: Any, path: str, value: Any) -> Any:
     keys: list[Any] = []
     for comp in parsed.keys:
         node = nodes[-1]
-        where = format_path(tuple(keys))
-        if isinstance(node, Mapping):
-            k = dict_key(comp, node)
-            if k is MISSING:
-                shown = ", ".join(map(repr, list(node)[:20])) or "none"
-                message = (
-                    f"update_via_args: config path {path!r} does not exist: {where} has no key "
-                    f"{comp!r} (its keys: {shown})"
-                )
-                raise ConfigKeyError(message, path=path)
-        elif isinstance(node, (list, tuple)):
-            k = list_index(comp, len(node))
-            if k is MISSING:
-                message = (
-                    f"update_via_args: config path {path!r} does not exist: {where} is a list "
-                    f"of {len(node)} items, so {comp!r} is not a valid index"
-                )
-                raise ConfigKeyError(message, path=path)
-        else:
+        try:
+            k = child_key(node, comp, tuple(keys))
+        except ChildNotFound as missing:
+            hint = ""
+            if isinstance(node, str) and node.startswith("@"):
+                hint = " (update the path the reference points to instead of going through it)"
             message = (
                 f"update_via_args: config path {path!r} does not exist in the raw config: "
-                f"{where} is {node!r:.60}, not a dict or a list (update the path a reference "
-                "points to instead of going through it)"
+                f"{missing.detail}{hint}"
             )
-            raise ConfigKeyError(message, path=path)
+            raise missing.kind(message, path=path) from None
         keys.append(k)
         nodes.append(node[k])
     new = _cast(path, nodes[-1], value)
@@ -87,7 +67,7 @@ def _cast(path: str, old: Any, value: Any) -> Any:
             f"update_via_args: {path} holds a bool, so its new value must be 'true' or "
             f"'false', got {value!r}"
         )
-        raise ValueError(message)
+        raise ConfigValueError(message, path=path)
     if isinstance(old, (int, float)):
         try:
             return type(old)(value)
@@ -96,7 +76,7 @@ def _cast(path: str, old: Any, value: Any) -> Any:
                 f"update_via_args: {path} holds {expected} {old!r}, and {value!r} is not "
                 f"a valid {expected}"
             )
-            raise ValueError(message) from None
+            raise ConfigValueError(message, path=path) from None
     if isinstance(old, str):
         return value
     if old is None or isinstance(old, (Mapping, list, tuple)):
@@ -107,16 +87,16 @@ def _cast(path: str, old: Any, value: Any) -> Any:
                 f"update_via_args: {path} holds {old!r:.60}, so its new value is parsed as "
                 f"JSON, and {value!r} is not valid JSON"
             )
-            raise ValueError(message) from None
+            raise ConfigValueError(message, path=path) from None
         if isinstance(old, Mapping) and not isinstance(new, dict):
             message = f"update_via_args: {path} holds a dict; expected a JSON object, got {value!r}"
-            raise ValueError(message)
+            raise ConfigValueError(message, path=path)
         if isinstance(old, (list, tuple)) and not isinstance(new, list):
             message = f"update_via_args: {path} holds a list; expected a JSON array, got {value!r}"
-            raise ValueError(message)
+            raise ConfigValueError(message, path=path)
         return tuple(new) if isinstance(old, tuple) else new
     message = (
         f"update_via_args: {path} holds a value of type {expected}, which a string cannot be "
         "cast to; pass the new value itself instead of a string"
     )
-    raise ValueError(message)
+    raise ConfigTypeError(message, path=path)

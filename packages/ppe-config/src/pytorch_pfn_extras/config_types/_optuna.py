@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.config import Config
@@ -11,32 +11,24 @@ from pytorch_pfn_extras.config import Config
 if TYPE_CHECKING:
     import optuna
 
-OPTUNA_TYPE_NAMES = (
-    "optuna_suggest_categorical",
-    "optuna_suggest_discrete_uniform",
-    "optuna_suggest_float",
-    "optuna_suggest_int",
-    "optuna_suggest_loguniform",
-    "optuna_suggest_uniform",
-)
-
 
 def optuna_types(trial: optuna.trial.BaseTrial) -> dict[str, Callable[..., Any]]:
-    """Config types that ask ``trial`` for a value.
+    """Config types that ask ``trial`` for a value: its own ``suggest_*`` methods.
 
-    Each name takes the arguments of the optuna method it is named after:
+    ``types["optuna_suggest_int"]`` is ``trial.suggest_int`` (the bound method), and so on for
+    each name; a node takes the arguments of the method it is named after:
 
     - ``optuna_suggest_categorical(name, choices)``
     - ``optuna_suggest_float(name, low, high, step=None, log=False)``
     - ``optuna_suggest_int(name, low, high, step=1, log=False)``
-    - ``optuna_suggest_uniform(name, low, high)``: ``suggest_float(name, low, high)``
-    - ``optuna_suggest_loguniform(name, low, high)``: ``suggest_float(..., log=True)``
-    - ``optuna_suggest_discrete_uniform(name, low, high, q)``: ``suggest_float(..., step=q)``
+    - ``optuna_suggest_uniform(name, low, high)``
+    - ``optuna_suggest_loguniform(name, low, high)``
+    - ``optuna_suggest_discrete_uniform(name, low, high, q)``
 
-    The last three are the search spaces of optuna's deprecated methods of the same names,
-    expressed through ``suggest_float`` (the same distributions, without the deprecation
-    warnings). Any trial works, including ``optuna.trial.FixedTrial(study.best_params)`` to
-    rebuild the best config of a study.
+    The last three are optuna's deprecated methods (they warn when called, as they do in
+    optuna); for a trial without them (an optuna that removed them, a trial-like object), they
+    are the same search spaces expressed through ``suggest_float``. Any trial works, including
+    ``optuna.trial.FixedTrial(study.best_params)`` to rebuild the best config of a study.
 
     Args:
         trial: The trial that suggests the values.
@@ -52,35 +44,32 @@ def optuna_types(trial: optuna.trial.BaseTrial) -> dict[str, Callable[..., Any]]
         ... )
         >>> lr = config["/lr"]
     """
+    fallback = _deprecated_methods(trial)
+    return {
+        "optuna_suggest_categorical": trial.suggest_categorical,
+        "optuna_suggest_discrete_uniform": fallback["suggest_discrete_uniform"],
+        "optuna_suggest_float": trial.suggest_float,
+        "optuna_suggest_int": trial.suggest_int,
+        "optuna_suggest_loguniform": fallback["suggest_loguniform"],
+        "optuna_suggest_uniform": fallback["suggest_uniform"],
+    }
 
-    def optuna_suggest_categorical(name: str, choices: Sequence[Any]) -> Any:
-        return trial.suggest_categorical(name, choices)
 
-    def optuna_suggest_discrete_uniform(name: str, low: float, high: float, q: float) -> float:
+def _deprecated_methods(trial: optuna.trial.BaseTrial) -> dict[str, Callable[..., float]]:
+    """optuna's deprecated ``suggest_*`` methods of ``trial``; those it lacks are written as
+    ``suggest_float`` calls of the same search space."""
+
+    def suggest_discrete_uniform(name: str, low: float, high: float, q: float) -> float:
         return trial.suggest_float(name, low, high, step=q)
 
-    def optuna_suggest_float(
-        name: str, low: float, high: float, step: float | None = None, log: bool = False
-    ) -> float:
-        return trial.suggest_float(name, low, high, step=step, log=log)
-
-    def optuna_suggest_int(name: str, low: int, high: int, step: int = 1, log: bool = False) -> int:
-        return trial.suggest_int(name, low, high, step=step, log=log)
-
-    def optuna_suggest_loguniform(name: str, low: float, high: float) -> float:
+    def suggest_loguniform(name: str, low: float, high: float) -> float:
         return trial.suggest_float(name, low, high, log=True)
 
-    def optuna_suggest_uniform(name: str, low: float, high: float) -> float:
+    def suggest_uniform(name: str, low: float, high: float) -> float:
         return trial.suggest_float(name, low, high)
 
-    return {
-        "optuna_suggest_categorical": optuna_suggest_categorical,
-        "optuna_suggest_discrete_uniform": optuna_suggest_discrete_uniform,
-        "optuna_suggest_float": optuna_suggest_float,
-        "optuna_suggest_int": optuna_suggest_int,
-        "optuna_suggest_loguniform": optuna_suggest_loguniform,
-        "optuna_suggest_uniform": optuna_suggest_uniform,
-    }
+    written = (suggest_discrete_uniform, suggest_loguniform, suggest_uniform)
+    return {fn.__name__: getattr(trial, fn.__name__, fn) for fn in written}
 
 
 def load_path_with_optuna_types(
@@ -91,6 +80,9 @@ def load_path_with_optuna_types(
 ) -> Config:
     """``Config.load_path`` with the types of ``optuna_types(trial)`` added.
 
+    The optuna types take the place of entries of ``types`` with the same names, as in PPE, so
+    one ``types`` dict may serve several trials.
+
     Args:
         path: The config file (JSON, or YAML for ``.yaml``/``.yml``).
         trial: The trial that suggests the values.
@@ -100,9 +92,6 @@ def load_path_with_optuna_types(
     Returns:
         The config; each ``optuna_suggest_*`` node asks ``trial`` when it is first evaluated.
 
-    Raises:
-        ValueError: ``types`` already defines one of the ``optuna_suggest_*`` names.
-
     Example:
         >>> def objective(trial):
         ...     config = load_path_with_optuna_types("search.yaml", trial, types=types)
@@ -110,12 +99,5 @@ def load_path_with_optuna_types(
         >>> optuna.create_study().optimize(objective, n_trials=20)
     """
     merged: dict[str, Callable[..., Any]] = dict(types) if types is not None else {}
-    clashes = sorted(set(merged) & set(OPTUNA_TYPE_NAMES))
-    if clashes:
-        message = (
-            f"load_path_with_optuna_types: types already defines {', '.join(map(repr, clashes))}, "
-            "which optuna_types(trial) provides; rename your type"
-        )
-        raise ValueError(message)
     merged.update(optuna_types(trial))
     return Config.load_path(path, loader=loader, types=merged)
