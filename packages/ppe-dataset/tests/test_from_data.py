@@ -178,3 +178,24 @@ def test_delegate_subclass_overriding_get_examples_is_honoured() -> None:
 def test_delegate_dataset_needs_a_table() -> None:
     with pytest.raises(TypeError, match="DelegateDataset wraps a TabularDataset, got list"):
         tabular.DelegateDataset([1, 2])  # type: ignore[arg-type]
+
+
+def square(i: int) -> int:
+    return i * i
+
+
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        (square, ""),
+        ((np.arange(3), square), " at position 1"),
+        ((("a", np.arange(3)), square), " at position 1"),
+    ],
+    ids=["alone", "in-a-tuple", "after-a-keyed-column"],
+)
+@pytest.mark.parametrize("size", [None, 3])
+def test_a_callable_without_a_key_raises_value_error(data: Any, where: str, size: Any) -> None:
+    message = f"from_data needs a key for the callable <function square at 0x[0-9a-f]+>{where}"
+    with pytest.raises(ValueError, match=message):
+        tabular.from_data(data, size=size)
+    assert tabular.from_data(("sq", square), size=3).fetch() == [0, 1, 4]

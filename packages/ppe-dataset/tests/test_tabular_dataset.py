@@ -68,8 +68,14 @@ def test_reference_documentation_example() -> None:
 @pytest.mark.skipif(np.__version__ < "2", reason="docstrings show NumPy 2 scalar reprs")
 @pytest.mark.parametrize(
     "obj",
-    [TabularDataset, tabular.from_data, tabular.DelegateDataset],
-    ids=["TabularDataset", "from_data", "DelegateDataset"],
+    [
+        TabularDataset,
+        TabularDataset.transform,
+        TabularDataset.transform_batch,
+        tabular.from_data,
+        tabular.DelegateDataset,
+    ],
+    ids=["TabularDataset", "transform", "transform_batch", "from_data", "DelegateDataset"],
 )
 def test_docstring_examples_run(obj: Any) -> None:
     finder = doctest.DocTestFinder(recurse=False)

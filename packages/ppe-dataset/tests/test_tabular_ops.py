@@ -40,12 +40,13 @@ def numbers(n: int, start: int = 0) -> TabularDataset:
         (lambda n: list(range(n)), list),
     ],
 )
-def test_concat_stacks_rows_keeping_the_column_type(make: Any, kind: type) -> None:
+def test_concat_stacks_rows_in_lists_and_one_part_keeps_its_type(make: Any, kind: type) -> None:
     first = tabular.from_data(("v", make(3)))
     second = tabular.from_data(("v", make(2)))
     both = first.concat(second, first)
     column = both.fetch()
-    assert isinstance(column, kind)
+    assert isinstance(column, list)  # rows of several parts: PPE's list
+    assert isinstance(both.slice[3:5].fetch(), kind)  # rows of one part: as the part gives them
     assert plain(list(column)) == [0, 1, 2, 0, 1, 0, 1, 2]
     assert plain(both[3]) == 0
     assert plain(both.slice[[7, 0, 4]].fetch()) == [2, 0, 1]
@@ -169,10 +170,10 @@ def test_transform_is_lazy_and_applies_only_to_requested_rows() -> None:
             r"must return a dict with keys \('x', 'y'\), got keys \('x', 'z'\)",
         ),
         (
-            ("x",),
+            ("x", "y"),
             lambda a, b: a,
             TypeError,
-            r"must return a tuple or a dict for keys \('x',\), got int64 ",
+            r"must return a tuple or a dict for keys \('x', 'y'\), got int64 ",
         ),
         (
             ("x", 1),
@@ -181,7 +182,13 @@ def test_transform_is_lazy_and_applies_only_to_requested_rows() -> None:
             r"keys must be a str or a tuple of str, got \('x', 1\)",
         ),
         (("x", "x"), lambda a, b: (a, b), ValueError, r"keys must be unique, got \('x', 'x'\)"),
-        (("x",), 5, TypeError, "transform needs a callable, got int 5"),
+        (
+            ("x",),
+            5,
+            TypeError,
+            r"transform takes a list of \(\(input_keys, output_keys\), function\) pairs, or a "
+            r"callable, got int 5",
+        ),
     ],
 )
 def test_transform_errors_name_the_offending_value(

@@ -22,7 +22,7 @@ from pytorch_pfn_extras.dataset import TabularDataset, tabular
 
 
 class UserTable(TabularDataset):
-    """A user-defined table: receives slices / index arrays through ``get_examples``."""
+    """A user-defined table; checks PPE's contract: rows are None, a slice or a list of ints."""
 
     def __init__(self, columns: dict[str, np.ndarray[Any, Any]]) -> None:
         self._names = tuple(columns)
@@ -40,6 +40,11 @@ class UserTable(TabularDataset):
         return tuple
 
     def get_examples(self, indices: Any, key_indices: tuple[int, ...] | None) -> tuple[Any, ...]:
+        assert indices is None or isinstance(indices, (slice, list)), type(indices)
+        assert not isinstance(indices, list) or all(type(i) is int for i in indices)
+        assert key_indices is None or (
+            isinstance(key_indices, tuple) and all(type(k) is int for k in key_indices)
+        )
         columns = self._columns if key_indices is None else [self._columns[k] for k in key_indices]
         return tuple(c if indices is None else c[indices] for c in columns)
 
@@ -204,12 +209,32 @@ def apply_op(draw: st.DrawFn, op: str, ds: TabularDataset, ref: Reference, names
         return tuple(outs)
 
     keys_arg = out_keys[0] if unary else tuple(out_keys)
-    view = ds.transform_batch(keys_arg, function) if batch else ds.transform(keys_arg, function)
+    if draw(st.booleans()):  # PPE's form: one ((input_keys, output_keys), fn) pair per key
+        transforms: Any = [
+            pair(old, new, batch, out_mode, unary) for old, new in zip(in_keys, out_keys)
+        ]
+    else:  # our shorthand: one function of every column
+        transforms = function
+    apply = ds.transform_batch if batch else ds.transform
+    view = apply(keys_arg, transforms)
     columns = {
         new: ref.columns[old] * 3 - 1 if batch else ref.columns[old] * 2 + 1
         for old, new in zip(in_keys, out_keys)
     }
     return view, Reference(out_keys, columns, out_mode)
+
+
+def pair(old: str, new: str, batch: bool, out_mode: Any, unary: bool) -> Any:
+    """``((old,), outputs), fn)`` computing ``new`` from ``old``, returning as ``out_mode`` asks."""
+
+    def function(*args: Any, **kwargs: Any) -> Any:
+        (value,) = args or (kwargs[old],)
+        out = np.asarray(as_ints(value)) * 3 - 1 if batch else int(value) * 2 + 1
+        if unary:
+            return out
+        return {new: out} if out_mode is dict else (out,)
+
+    return ((old,), new if unary else (new,)), function
 
 
 def check_against(ds: TabularDataset, ref: Reference, draw: st.DrawFn) -> None:
@@ -242,7 +267,9 @@ def check_against(ds: TabularDataset, ref: Reference, draw: st.DrawFn) -> None:
     picked = np.arange(ref.length)[rows].tolist()
     assert [as_plain(e) for e in ds[rows]] == [expected[i] for i in picked]
     key_indices = draw(st.permutations(range(len(ref.keys))))[: draw(st.integers(1, len(ref.keys)))]
-    columns = ds.get_examples(rows, tuple(key_indices))
+    # a user's own table is called as PPE calls it (a slice or a list); views take any rows
+    legal = rows if isinstance(rows, slice) or not isinstance(ds, UserTable) else picked
+    columns = ds.get_examples(legal, tuple(key_indices))
     assert [as_ints(c) for c in columns] == [
         [int(ref.columns[ref.keys[k]][i]) for i in picked] for k in key_indices
     ]

@@ -1,4 +1,4 @@
-"""Column primitives: row selection and concatenation for arrays, tensors and lists.
+"""Column primitive: row selection for arrays, tensors and lists.
 
 NumPy arrays and tensors are indexed in one vectorised call; only plain Python sequences are
 walked element by element.
@@ -6,8 +6,6 @@ walked element by element.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +18,10 @@ def take(column: Any, rows: Rows) -> Any:
     """Rows ``rows`` of one column (a view where the container allows it)."""
     if rows is None:
         return column
+    if isinstance(rows, int):
+        if isinstance(column, (np.ndarray, torch.Tensor)):
+            return column[rows : rows + 1]
+        return [column[rows]]
     if isinstance(column, np.ndarray):
         if isinstance(rows, range):
             return column[range_to_slice(rows)]
@@ -37,14 +39,3 @@ def take(column: Any, rows: Rows) -> Any:
     if isinstance(rows, range):
         return list(column[range_to_slice(rows)])
     return [column[i] for i in rows.tolist()]
-
-
-def concat(columns: Sequence[Any]) -> Any:
-    """Stack pieces of one column: arrays with NumPy, tensors with torch, anything else as a list."""
-    if len(columns) == 1:
-        return columns[0]
-    if all(isinstance(c, np.ndarray) for c in columns):
-        return np.concatenate(columns)
-    if all(isinstance(c, torch.Tensor) for c in columns):
-        return torch.cat(list(columns))
-    return list(itertools.chain.from_iterable(columns))

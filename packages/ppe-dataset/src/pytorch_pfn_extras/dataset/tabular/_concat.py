@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from typing import Any
 
 import numpy as np
 
-from pytorch_pfn_extras.dataset.tabular import _columns
 from pytorch_pfn_extras.dataset.tabular._indexing import IndexArray, KeyIndices, Rows
 from pytorch_pfn_extras.dataset.tabular._tabular_dataset import Mode, TabularDataset
 
 
 class Concat(TabularDataset):
-    """The rows of each dataset, one after the other; mode of the first non-empty one."""
+    """The rows of each dataset, one after the other; mode of the first non-empty one.
+
+    A read asks each part holding requested rows once (a slice of the concatenation asks each
+    part for the equivalent slice). Rows from one part come back as that part returns them;
+    rows from several parts come back as lists, one per column (PPE's type).
+    """
 
     _datasets: tuple[TabularDataset, ...]
 
@@ -39,6 +45,7 @@ class Concat(TabularDataset):
         self._datasets = tuple(flat)
         self._lengths = [len(dataset) for dataset in flat]
         self._offsets = np.cumsum([0, *self._lengths], dtype=np.intp)
+        self._ends = self._offsets[1:].tolist()  # for locating one row with bisect
 
     def __len__(self) -> int:
         return int(self._offsets[-1])
@@ -65,21 +72,31 @@ class Concat(TabularDataset):
     def _get_rows(self, rows: Rows, key_indices: KeyIndices) -> tuple[Any, ...]:
         order: IndexArray | None = None
         if rows is None:
-            pieces: list[tuple[int, Rows]] = [(i, None) for i in range(len(self._datasets))]
+            pieces: list[tuple[int, Rows]] = [
+                (i, None) for i, length in enumerate(self._lengths) if length > 0
+            ]
+        elif isinstance(rows, int):
+            part = bisect.bisect_right(self._ends, rows)
+            pieces = [(part, rows - int(self._offsets[part]))]
         elif isinstance(rows, range):
             pieces = list(self._split_range(rows))
         else:
             pieces, order = self._split_array(rows)
-        if not pieces:
-            pieces = [(0, range(0))]
-        parts = [self._datasets[i]._get_rows(local, key_indices) for i, local in pieces]
         n_columns = len(self.keys) if key_indices is None else len(key_indices)
-        columns = tuple(_columns.concat([part[c] for part in parts]) for c in range(n_columns))
+        if not pieces:  # nothing requested: no part is asked
+            return tuple([] for _ in range(n_columns))
+        parts = [self._datasets[i]._get_rows(local, key_indices) for i, local in pieces]
+        if len(parts) == 1:  # one part holds every requested row (and then in order)
+            return parts[0]
+        # Rows of several parts: each column is a list, whatever the parts return (as in PPE).
+        columns = tuple(
+            list(itertools.chain.from_iterable(part[c] for part in parts)) for c in range(n_columns)
+        )
         if order is None:
             return columns
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order), dtype=np.intp)
-        return tuple(_columns.take(column, inverse) for column in columns)
+        return tuple([column[i] for i in inverse.tolist()] for column in columns)
 
     def _split_range(self, rows: range) -> list[tuple[int, range]]:
         if rows.step < 0:

@@ -63,8 +63,12 @@ class _Index(TabularDataset):
         return self._get_rows(*self._check_request(indices, key_indices))
 
     def _get_rows(self, rows: Rows, key_indices: KeyIndices) -> tuple[Any, ...]:
-        if isinstance(rows, range) or rows is None:
-            return (list(rows if rows is not None else range(self._size)),)
+        if rows is None:
+            return (list(range(self._size)),)
+        if isinstance(rows, int):
+            return ([rows],)
+        if isinstance(rows, range):
+            return (list(rows),)
         return (as_index_array(rows, self._size).tolist(),)
 
 
@@ -90,7 +94,8 @@ def from_data(data: Any, *, size: int | None = None) -> TabularDataset:
         A :class:`~pytorch_pfn_extras.dataset.TabularDataset` that reads its columns lazily.
 
     Raises:
-        ValueError: If lengths disagree, ``size`` is missing for callables only, or keys repeat.
+        ValueError: If lengths disagree, ``size`` is missing for callables only, keys repeat, or
+            a callable comes without a key.
         TypeError: If an entry is not a list, array or callable.
 
     Example:
@@ -109,11 +114,17 @@ def from_data(data: Any, *, size: int | None = None) -> TabularDataset:
         entries = [_entry(data)]
     elif _is_column(data):
         entries = [(f"_{id(data)}", data)]
+    elif callable(data):
+        raise _keyless_callable(data)
     elif isinstance(data, tuple):
-        entries = [
-            _entry(item) if _is_entry(item) else (f"_{id(item)}_{position}", item)
-            for position, item in enumerate(data)
-        ]
+        entries = []
+        for position, item in enumerate(data):
+            if _is_entry(item):
+                entries.append(_entry(item))
+            elif callable(item) and not _is_column(item):
+                raise _keyless_callable(item, position)
+            else:
+                entries.append((f"_{id(item)}_{position}", item))
         mode = tuple
     elif isinstance(data, dict):
         entries = list(data.items())
@@ -153,6 +164,15 @@ def from_data(data: Any, *, size: int | None = None) -> TabularDataset:
         return parts[0]
     joined = parts[0] if len(parts) == 1 else parts[0].join(*parts[1:])
     return joined.asdict() if mode is dict else joined.astuple()
+
+
+def _keyless_callable(function: Any, position: int | None = None) -> ValueError:
+    where = "" if position is None else f" at position {position}"
+    message = (
+        f"from_data needs a key for the callable {function!r}{where}: pass (key, callable) or "
+        f"((key, ...), callable)"
+    )
+    return ValueError(message)
 
 
 def _is_column(value: Any) -> bool:

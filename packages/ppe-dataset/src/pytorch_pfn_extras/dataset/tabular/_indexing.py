@@ -1,8 +1,10 @@
 """Row and key index bookkeeping shared by every TabularDataset view.
 
 Internally rows are ``None`` (all rows), a ``range`` (what a slice becomes once its length is
-known; ranges compose into ranges), or a 1-D ``numpy.intp`` array of in-range, non-negative
-indices. Users see ``None``, a ``slice`` or an integer array (:func:`to_external`).
+known; ranges compose into ranges), a 1-D ``numpy.intp`` array of in-range, non-negative
+indices, or an ``int``: the one row of ``dataset[i]`` (cheaper to route than an array). A
+user-defined ``get_examples`` sees what PPE passes (:func:`to_external`): ``None``, a ``slice``
+for rows asked as a slice, and a ``list`` of ints for anything else (``[i]`` for one row).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy.typing as npt
 import torch
 
 IndexArray: TypeAlias = npt.NDArray[np.intp]
-Rows: TypeAlias = "range | IndexArray | None"
+Rows: TypeAlias = "range | IndexArray | int | None"
 KeyIndices: TypeAlias = "tuple[int, ...] | None"
 
 _EMPTY: IndexArray = np.empty(0, dtype=np.intp)
@@ -96,7 +98,9 @@ def check_index(index: object, length: int) -> int:
 
 def count_rows(rows: Rows, length: int) -> int:
     """Number of rows selected by ``rows`` in a table of ``length`` rows."""
-    return length if rows is None else len(rows)
+    if rows is None:
+        return length
+    return 1 if isinstance(rows, int) else len(rows)
 
 
 def compose_rows(outer: Rows, inner: Rows) -> Rows:
@@ -105,6 +109,10 @@ def compose_rows(outer: Rows, inner: Rows) -> Rows:
         return outer
     if outer is None:
         return inner
+    if isinstance(outer, int):  # views never hold one row; for completeness
+        outer = np.array([outer], dtype=np.intp)
+    if isinstance(inner, int):
+        return outer[inner] if isinstance(outer, range) else int(outer[inner])
     if isinstance(outer, range):
         if isinstance(inner, range):
             return outer[range_to_slice(inner)]
@@ -125,11 +133,22 @@ def range_to_slice(rows: range) -> slice:
     return slice(rows.start, stop, rows.step)
 
 
-def to_external(rows: Rows) -> slice | IndexArray | None:
-    """What ``get_examples`` of a user-defined dataset receives."""
+def to_external(rows: Rows, length: int) -> slice | list[int] | None:
+    """What ``get_examples`` of a user-defined table of ``length`` rows receives for ``rows``.
+
+    ``None`` stays ``None`` (all rows); a range becomes the equivalent slice (``slice(None)`` for
+    every row, in order); an index array becomes a list of ints, and one row ``i`` is ``[i]``.
+    """
+    if rows is None:
+        return None
+    if isinstance(rows, int):
+        return [rows]
     if isinstance(rows, range):
+        if rows == range(length):
+            return slice(None)
         return range_to_slice(rows)
-    return rows
+    indices: list[int] = rows.tolist()
+    return indices
 
 
 def as_index_array(rows: Rows, length: int) -> IndexArray:
@@ -138,6 +157,8 @@ def as_index_array(rows: Rows, length: int) -> IndexArray:
         return np.arange(length, dtype=np.intp)
     if isinstance(rows, range):
         return np.arange(rows.start, rows.stop, rows.step, dtype=np.intp)
+    if isinstance(rows, int):
+        return np.array([rows], dtype=np.intp)
     return rows
 
 

@@ -68,19 +68,14 @@ class Join(TabularDataset):
 
     def _get_rows(self, rows: Rows, key_indices: KeyIndices) -> tuple[Any, ...]:
         wanted = range(len(self._keys)) if key_indices is None else key_indices
-        # one call per dataset, with only the keys requested from it
+        # one call per dataset, with the tuple of the keys requested from it (never ``None``,
+        # even for all of its keys: what PPE asks)
         requests: dict[int, list[int]] = {}
         for key_index in wanted:
             d, k = self._owners[key_index]
             requests.setdefault(d, []).append(k)
         fetched: dict[tuple[int, int], Any] = {}
         for d, local_keys in requests.items():
-            dataset = self._datasets[d]
-            local = (
-                None
-                if len(local_keys) == len(dataset.keys) and local_keys == sorted(local_keys)
-                else tuple(local_keys)
-            )
-            columns = dataset._get_rows(rows, local)
+            columns = self._datasets[d]._get_rows(rows, tuple(local_keys))
             fetched.update(zip(((d, k) for k in local_keys), columns))
         return tuple(fetched[self._owners[key_index]] for key_index in wanted)

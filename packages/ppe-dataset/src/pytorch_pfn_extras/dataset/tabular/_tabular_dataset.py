@@ -22,6 +22,11 @@ from pytorch_pfn_extras.dataset.tabular._indexing import (
 )
 
 Mode: TypeAlias = "type[tuple[Any, ...]] | type[dict[str, Any]] | None"
+#: ``transform``'s second argument: ``[((input_keys, output_keys), fn), ...]`` or one callable.
+TransformSpec: TypeAlias = (
+    "Sequence[tuple[tuple[str | tuple[str, ...], str | tuple[str, ...]], Callable[..., Any]]]"
+    " | Callable[..., Any]"
+)
 
 _ITER_CHUNK = 1024
 
@@ -94,10 +99,15 @@ class TabularDataset(Dataset[Any], abc.ABC):
         """Return a part of data.
 
         Args:
-            indices: Indices of the requested rows: a slice, a 1-D integer
-                :class:`numpy.ndarray` (or a list of ints), or ``None`` for all rows.
-                Indices given by the framework are always in range and non-negative.
-            key_indices: Positions of the requested columns, or ``None`` for all columns.
+            indices: The requested rows: ``None`` for all rows, a :class:`slice`, or a
+                :class:`list` of ints. Rows asked as a slice arrive as the equivalent slice
+                (slices of slices, reversed or stepped slices, each part of a concatenation; a
+                view of every row as ``slice(None)``); anything else arrives as a list: rows
+                picked by a list, an array or a mask, one example (``[i]``), DataLoader batches
+                and iteration (in lists of up to 1024 rows). Indices given by the framework are
+                always in range and non-negative.
+            key_indices: The positions of the requested columns as a tuple of ints, or ``None``
+                for all columns.
 
         Returns:
             A tuple with one column per requested key, in the requested order. A column is a
@@ -109,7 +119,7 @@ class TabularDataset(Dataset[Any], abc.ABC):
 
     def _get_rows(self, rows: Rows, key_indices: KeyIndices) -> tuple[Any, ...]:
         """Fetch validated rows/keys; views override this to compose indices without checks."""
-        columns = self.get_examples(to_external(rows), key_indices)
+        columns = self.get_examples(to_external(rows, len(self)), key_indices)
         expected = len(self.keys) if key_indices is None else len(key_indices)
         if not isinstance(columns, (tuple, list)) or len(columns) != expected:
             message = (
@@ -216,41 +226,86 @@ class TabularDataset(Dataset[Any], abc.ABC):
 
         return Join(self, *datasets)
 
-    def transform(
-        self, keys: str | tuple[str, ...], transform: Callable[..., Any]
-    ) -> TabularDataset:
+    def transform(self, keys: str | tuple[str, ...], transform: TransformSpec) -> TabularDataset:
         """Apply a transform to each example.
 
-        The transform is called lazily, once per fetched row, with the example's values as
-        positional arguments (tuple and unary mode) or keyword arguments (dict mode).
+        ``transform`` is a list of ``((input_keys, output_keys), fn)`` pairs. Each ``fn`` is
+        called lazily, once per read row, with the values of its ``input_keys`` only (positional
+        arguments when this dataset is in tuple or unary mode, keyword arguments in dict mode)
+        and returns the values of its ``output_keys``: a tuple in that order, a dict keyed by
+        them, or, for one output key, the value itself. Keys are a str or a tuple of str. The
+        outputs of the pairs must not overlap and together must be exactly ``keys``. Reading some
+        keys of the result (``result.slice[:, 'x']``) runs only the functions producing them and
+        reads only their inputs.
+
+        As a shorthand (not in PPE), ``transform`` may be one callable: it receives every column
+        and returns every key of ``keys``.
+
+        The mode of the result follows what the functions return: ``tuple`` for tuples, ``dict``
+        for dicts; when each returns a single value, ``None`` for one key and ``tuple`` for
+        several. ``keys`` given as one str always makes a unary table (mode ``None``).
 
         Args:
-            keys: The output keys: a tuple of names, or one name for a unary output.
-            transform: Returns, for tuple ``keys``, a tuple with one value per key (tuple mode) or
-                a dict with exactly ``keys`` (dict mode); for a single key, the value itself.
+            keys: The keys of the result: a tuple of str, or one str for a unary table.
+            transform: The ``((input_keys, output_keys), fn)`` pairs, or one callable.
 
         Returns:
             A dataset with keys ``keys`` and the same length.
+
+        Raises:
+            ValueError: If outputs overlap, do not give exactly ``keys``, or an input key is not
+                a key of this dataset.
+            TypeError: If ``transform`` is neither a list of such pairs nor a callable.
+
+        Example:
+            >>> from pytorch_pfn_extras.dataset import tabular
+            >>> ds = tabular.from_data({'a': [1, 2], 'b': [10, 20]})
+            >>> out = ds.transform(('sum', 'neg'), [
+            ...     ((('a', 'b'), 'sum'), lambda a, b: a + b),
+            ...     ((('a',), ('neg',)), lambda a: {'neg': -a}),
+            ... ])
+            >>> out[1]
+            {'sum': 22, 'neg': -2}
+            >>> out.slice[:, 'neg'].fetch()  # runs only the second function
+            [-1, -2]
         """
         from pytorch_pfn_extras.dataset.tabular._transform import Transform
 
         return Transform(self, keys, transform, batch=False)
 
     def transform_batch(
-        self, keys: str | tuple[str, ...], transform_batch: Callable[..., Any]
+        self, keys: str | tuple[str, ...], transform_batch: TransformSpec
     ) -> TabularDataset:
         """Apply a transform to examples.
 
-        Like :meth:`transform`, but called once per fetch with whole columns (lists, arrays or
-        tensors) and returning whole columns, so array code runs vectorised.
+        Like :meth:`transform`, but each ``fn`` is called once per read, with whole columns
+        (lists, arrays or tensors) of its ``input_keys``, and returns whole columns of its
+        ``output_keys`` (a tuple or a dict of columns, or the column for one output key), so
+        array code runs vectorised. Every returned column must keep the number of rows.
 
         Args:
-            keys: The output keys: a tuple of names, or one name for a unary output.
-            transform_batch: Returns a tuple of columns, a dict of columns keyed by ``keys``, or
-                (for a single key) the column. Every column must keep the number of rows.
+            keys: The keys of the result: a tuple of str, or one str for a unary table.
+            transform_batch: ``((input_keys, output_keys), fn)`` pairs, as for :meth:`transform`,
+                or one callable of every column returning every key of ``keys``.
 
         Returns:
             A dataset with keys ``keys`` and the same length.
+
+        Raises:
+            ValueError: If outputs overlap, do not give exactly ``keys``, or an input key is not
+                a key of this dataset.
+            TypeError: If ``transform_batch`` is neither a list of such pairs nor a callable.
+
+        Example:
+            >>> import numpy as np
+            >>> from pytorch_pfn_extras.dataset import tabular
+            >>> ds = tabular.from_data({'a': np.arange(3), 'b': np.arange(3) * 10})
+            >>> out = ds.transform_batch(('a', 'total'), [
+            ...     ((('a',), 'a'), lambda a: a),
+            ...     ((('a', 'b'), 'total'), lambda a, b: a + b),
+            ... ])
+            >>> out.fetch()[1]
+            array([ 0, 11, 22])
         """
         from pytorch_pfn_extras.dataset.tabular._transform import Transform
 
@@ -291,7 +346,7 @@ class TabularDataset(Dataset[Any], abc.ABC):
     def get_example(self, i: int) -> Any:
         """Return the ``i``-th example (a tuple, a dict or a value, following :attr:`mode`)."""
         i = check_index(i, len(self))
-        columns = self._get_rows(range(i, i + 1), None)
+        columns = self._get_rows(i, None)
         return _format_row([column[0] for column in columns], self.keys, self.mode)
 
     @overload
@@ -318,7 +373,9 @@ class TabularDataset(Dataset[Any], abc.ABC):
         """Iterate over examples; rows are fetched in chunks, not one call per row."""
         length = len(self)
         for start in range(0, length, _ITER_CHUNK):
-            columns = self._get_rows(range(start, min(start + _ITER_CHUNK, length)), None)
+            # an index array, not a range: a user's source gets a list, as PPE's per-row reads
+            chunk = np.arange(start, min(start + _ITER_CHUNK, length), dtype=np.intp)
+            columns = self._get_rows(chunk, None)
             yield from _Batch(columns, self.keys, self.mode)
 
     def __repr__(self) -> str:

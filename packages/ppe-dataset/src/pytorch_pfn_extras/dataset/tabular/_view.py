@@ -55,11 +55,9 @@ class View(TabularDataset):
             if converter is None:
                 converter = dataset._converter
             dataset = dataset._dataset
+        # A view of every row or key keeps its range / key tuple rather than ``None``: a
+        # user-defined source is asked ``slice(None)`` and the key tuple, as in PPE.
         parent_length = len(dataset)
-        if isinstance(rows, range) and rows == range(parent_length):
-            rows = None
-        if key_indices is not None and key_indices == tuple(range(len(dataset.keys))):
-            key_indices = None
         self._dataset = dataset
         self._rows = rows
         self._key_indices = key_indices
