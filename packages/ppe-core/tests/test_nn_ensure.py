@@ -33,10 +33,15 @@ def test_matching_shapes_pass(shape: tuple[int, ...], expected: tuple[int | None
 @pytest.mark.parametrize(
     ("shape", "expected", "message"),
     [
-        ((2, 4), (None, 3), "expected a tensor of shape (None, 3), got shape (2, 4)"),
+        (
+            (2, 4),
+            (None, 3),
+            "tensor of shape (2, 4) is not broadcastable with the expected shape (None, 3) "
+            "(a shape with None is checked with broadcasting rules)",
+        ),
         ((2, 3, 1), (2, 3), "expected a tensor of shape (2, 3), got shape (2, 3, 1)"),
+        ((2, 1), (2, 3), "expected a tensor of shape (2, 3), got shape (2, 1)"),
         ((3,), (), "expected a tensor of shape (), got shape (3,)"),
-        ((), (None,), "expected a tensor of shape (None,), got shape ()"),
     ],
 )
 def test_mismatching_shapes_name_expected_and_actual(
@@ -71,6 +76,34 @@ def test_broadcastable_shapes_follow_broadcasting_rules(
     message = f"tensor of shape {tuple(shape)} is not broadcastable with the expected shape"
     with pytest.raises(ValueError, match=re.escape(message)):
         ensure(tensor, shape=expected, broadcastable=True)
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        ((2, 1), (None, 2)),  # the size-1 dimension broadcasts to 2
+        ((4, 1, 3), (None, 5, 3)),
+        ((3,), (None, 3)),  # fewer dimensions broadcast too
+        ((), (None,)),
+        ((6, 2, 3), (None, 3)),
+    ],
+)
+def test_a_shape_with_none_accepts_broadcastable_tensors_as_in_ppe(
+    shape: tuple[int, ...], expected: tuple[int | None, ...]
+) -> None:
+    tensor = torch.zeros(shape)
+    ensure(tensor, shape=expected)
+    assert Ensure(shape=expected)(tensor) is tensor
+
+
+@pytest.mark.parametrize(("shape", "expected"), [((2, 3), (None, 2)), ((4, 2, 2), (3, None, 2))])
+def test_a_shape_with_none_rejects_tensors_that_do_not_broadcast(
+    shape: tuple[int, ...], expected: tuple[int | None, ...]
+) -> None:
+    with pytest.raises(
+        ValueError, match=re.escape(f"tensor of shape {shape} is not broadcastable")
+    ):
+        Ensure(shape=expected)(torch.zeros(shape))
 
 
 def test_dtype_must_match_exactly_by_default() -> None:
@@ -154,8 +187,15 @@ def test_models_using_ensure_can_be_scripted() -> None:
     x = torch.randn(4, 3)
     torch.testing.assert_close(scripted(x), model(x))
 
-    with pytest.raises(torch.jit.Error, match=re.escape("expected a tensor of shape (None, 3)")):
+    with pytest.raises(
+        torch.jit.Error,
+        match=re.escape(
+            "tensor of shape (4, 5) is not broadcastable with the expected shape (None, 3)"
+        ),
+    ):
         scripted(torch.zeros(4, 5))
+    # Scripted, a shape with None is checked with broadcasting rules too.
+    torch.jit.script(Ensure(shape=(None, 3)))(torch.zeros(4, 1))
     with pytest.raises(
         torch.jit.Error,
         match=re.escape("expected a tensor of dtype torch.float32, got dtype torch.int64"),
@@ -178,10 +218,9 @@ def test_scripted_checks_name_dtypes_like_eager_ones() -> None:
 def _reference_matches(
     actual: tuple[int, ...], expected: tuple[int | None, ...], broadcastable: bool
 ) -> bool:
-    if not broadcastable:
-        return len(actual) == len(expected) and all(
-            e is None or e == a for a, e in zip(actual, expected)
-        )
+    if not broadcastable and None not in expected:
+        return actual == expected
+    # A shape with None is compared with broadcasting rules, as in PPE;
     # None takes the size of the tensor's aligned dimension.
     concrete = list(expected)
     for i in range(1, len(expected) + 1):

@@ -218,6 +218,13 @@ def test_state_dict_of_an_uninitialized_module_round_trips(case: Case) -> None:
     source = case.make_lazy()
     state = source.state_dict()
     assert all(type(value) is torch.Tensor for value in state.values())
+    # Undetermined lazy parameters are left out, as in PPE; the rest is kept.
+    expected = {
+        key
+        for key, value in case.make_eager().state_dict().items()
+        if key not in source.lazy_parameter_names
+    }
+    assert set(state) == expected
 
     target = case.make_lazy()
     target.load_state_dict(state)
@@ -244,33 +251,74 @@ def test_loading_an_initialized_state_dict_initializes_the_module(case: Case) ->
     torch.testing.assert_close(target(case.input(seed=1)), source(case.input(seed=1)))
 
 
-def test_loading_an_uninitialized_state_dict_into_an_initialized_module_fails() -> None:
-    initialized = LazyLinear(None, 4)
-    initialized(torch.zeros(1, 3))
-    with pytest.raises(RuntimeError, match="size mismatch for weight"):
-        initialized.load_state_dict(LazyLinear(None, 4).state_dict())
+def test_loading_an_uninitialized_state_dict_makes_an_initialized_module_lazy_again(
+    case: Case,
+) -> None:
+    buffer = io.BytesIO()
+    torch.save(case.make_lazy().state_dict(), buffer)
+    buffer.seek(0)
+    module = case.make_lazy()
+    module(case.input())
+    params = dict(module.named_parameters())
 
+    module.load_state_dict(torch.load(buffer, weights_only=True))
 
-def test_loading_a_state_dict_of_another_shape_fails_and_keeps_the_module_lazy() -> None:
-    other = LazyLinear(None, 5)
-    other(torch.zeros(1, 3))
-    module = LazyLinear(None, 4)
-    with pytest.raises(RuntimeError, match="size mismatch for weight"):
-        module.load_state_dict(other.state_dict())
     assert not module.lazy_parmeters_determined
-    assert module(torch.zeros(2, 7)).shape == (2, 4)
+    assert getattr(module, case.size_attr) is None
+    # In place: an optimizer holding the parameters keeps training them.
+    assert all(module.get_parameter(name) is param for name, param in params.items())
+    for name in module.lazy_parameter_names:
+        if getattr(module, name) is not None:
+            assert isinstance(getattr(module, name), UninitializedParameter)
+    module(case.input())
+    assert getattr(module, case.size_attr) == case.size
+    eager = case.make_eager()
+    for name, param in eager.named_parameters():
+        assert module.get_parameter(name).shape == param.shape
 
 
-def test_lazy_modules_inside_a_model_load_a_checkpoint_of_the_initialized_model() -> None:
-    def make() -> torch.nn.Module:
-        return torch.nn.Sequential(LazyConv1d(None, 2, 3), torch.nn.Flatten(), LazyLinear(None, 2))
+def test_a_state_dict_missing_lazy_parameters_for_another_reason_is_refused() -> None:
+    layer = LazyLinear(None, 2)
+    layer(torch.zeros(1, 3))
+    state = {"bias": torch.zeros(2)}  # no record that it was saved undetermined
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "weight"'):
+        layer.load_state_dict(state)
+    assert layer.lazy_parmeters_determined
 
-    trained = make()
-    trained(torch.zeros(1, 4, 5))
-    restored = make()
-    restored.load_state_dict(trained.state_dict())
-    x = torch.randn(3, 4, 5)
-    torch.testing.assert_close(restored(x), trained(x))
+
+def test_a_partial_non_strict_load_keeps_an_initialized_module() -> None:
+    layer = LazyLinear(None, 2)
+    layer(torch.zeros(1, 3))
+    layer.load_state_dict({"bias": torch.tensor([1.0, 2.0])}, strict=False)
+    assert layer.lazy_parmeters_determined
+    assert layer.weight.shape == (2, 3)
+    torch.testing.assert_close(layer.bias, torch.tensor([1.0, 2.0]))
+
+
+def test_explicit_zero_size_is_inferred_as_in_ppe() -> None:
+    layer = LazyLinear(0, 2)
+    assert not layer.lazy_parmeters_determined
+    assert layer(torch.zeros(1, 3)).shape == (1, 2)
+    assert layer.in_features == 3
+
+
+@pytest.mark.parametrize(
+    ("make", "input_shape"),
+    [
+        (lambda: LazyLinear(None, 2), (1, 3)),
+        (lambda: LazyConv2d(None, 2, 1), (1, 3, 2, 2)),
+        (lambda: LazyBatchNorm1d(None), (2, 3)),
+    ],
+)
+def test_share_memory_needs_determined_parameters(
+    make: Callable[[], torch.nn.Module], input_shape: tuple[int, ...]
+) -> None:
+    module = make()
+    with pytest.raises(RuntimeError, match="uninitialized lazy parameter: run a forward pass"):
+        module.share_memory()
+    module(torch.randn(input_shape))
+    module.share_memory()
+    assert all(param.is_shared() for param in module.parameters())
 
 
 @pytest.mark.parametrize(

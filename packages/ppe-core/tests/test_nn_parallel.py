@@ -8,13 +8,15 @@ group of one rank.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime
 import importlib.util
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from pytorch_pfn_extras.nn.parallel import DistributedDataParallel
+from pytorch_pfn_extras.nn.parallel.distributed import get_foreach_wrapper
 
 pytestmark = pytest.mark.skipif(
     not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed gloo"
@@ -206,9 +209,8 @@ def _skip_if_a_group_exists() -> None:
         pytest.skip("another test left a default process group initialized in this process")
 
 
-@pytest.fixture
-def group_of_one() -> Iterator[None]:
-    _skip_if_a_group_exists()
+@contextlib.contextmanager
+def _group_of_one() -> Iterator[None]:
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{_free_port()}",
@@ -222,10 +224,127 @@ def group_of_one() -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def test_construction_needs_an_initialized_process_group() -> None:
+@pytest.fixture
+def group_of_one() -> Iterator[None]:
     _skip_if_a_group_exists()
-    with pytest.raises(RuntimeError, match=r"call torch.distributed.init_process_group\(\) first"):
-        DistributedDataParallel(torch.nn.Linear(2, 2))
+    with _group_of_one():
+        yield
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1)
+    )
+
+
+def test_single_process_use_needs_no_process_group(tmp_path: Path) -> None:
+    _skip_if_a_group_exists()
+    model = _model()
+    reference = copy.deepcopy(model)
+    ddp = DistributedDataParallel(model)
+
+    x = torch.randn(8, 3)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        ddp(x).pow(2).mean().backward()
+        optimizer.step()
+        reference_optimizer.zero_grad()
+        reference(x).pow(2).mean().backward()
+        reference_optimizer.step()
+    torch.testing.assert_close(ddp.state_dict(), reference.state_dict())
+
+    torch.save(ddp.state_dict(), tmp_path / "model.pt")
+    restored = DistributedDataParallel(_model())
+    restored.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))
+    torch.testing.assert_close(restored.module.state_dict(), reference.state_dict())
+
+
+@pytest.mark.parametrize("with_group", [False, True])
+def test_state_dict_is_the_wrapped_modules(with_group: bool, tmp_path: Path) -> None:
+    _skip_if_a_group_exists()
+    context = _group_of_one() if with_group else contextlib.nullcontext()
+    with context:
+        ddp = DistributedDataParallel(_model())
+        with torch.no_grad():
+            ddp.module[0].weight.fill_(0.5)
+        state = ddp.state_dict()
+        assert list(state) == list(ddp.module.state_dict())
+        assert not any(key.startswith("module.") for key in state)
+        torch.save(state, tmp_path / "ddp.pt")
+
+        # The checkpoint loads into the bare model, and the bare model's into the wrapper.
+        bare = _model()
+        bare.load_state_dict(torch.load(tmp_path / "ddp.pt", weights_only=True))
+        torch.testing.assert_close(bare[0].weight, torch.full((4, 3), 0.5))
+        with torch.no_grad():
+            bare[2].bias.fill_(7.0)
+        result = ddp.load_state_dict(bare.state_dict())
+        assert (result.missing_keys, result.unexpected_keys) == ([], [])
+        torch.testing.assert_close(ddp.module[2].bias, torch.tensor([7.0]))
+
+
+def test_load_state_dict_passes_strict_to_the_wrapped_module() -> None:
+    _skip_if_a_group_exists()
+    ddp = DistributedDataParallel(torch.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match='Missing key\\(s\\) in state_dict: "bias"'):
+        ddp.load_state_dict({"weight": torch.zeros(2, 2)})
+    result = ddp.load_state_dict({"weight": torch.ones(2, 2)}, strict=False)
+    assert result.missing_keys == ["bias"]
+    torch.testing.assert_close(ddp.module.weight, torch.ones(2, 2))
+
+
+def test_custom_broadcast_updates_parameters_and_buffers_in_place_without_grad() -> None:
+    _skip_if_a_group_exists()
+    source = _model()
+    with torch.no_grad():
+        for tensor in (*source.parameters(), *source.buffers()):
+            tensor.add_(1)
+    seen: list[tuple[int, bool]] = []
+
+    def broadcast_from_source(tensors: Sequence[torch.Tensor], group: Any) -> None:
+        seen.append((len(tensors), torch.is_grad_enabled()))
+        for tensor, value in zip(tensors, (*source.parameters(), *source.buffers())):
+            tensor.copy_(value)  # in place on leaves that require grad
+
+    model = _model()
+    DistributedDataParallel(model, broadcast_function=broadcast_from_source)
+    n_params, n_buffers = len(list(model.parameters())), len(list(model.buffers()))
+    assert seen == [(n_params + n_buffers, False)]
+    torch.testing.assert_close(model.state_dict(), source.state_dict())
+    assert all(param.requires_grad and param.is_leaf for param in model.parameters())
+
+
+def test_custom_collectives_run_without_a_process_group() -> None:
+    _skip_if_a_group_exists()
+    calls: list[tuple[str, int, bool]] = []
+
+    def broadcast(tensors: Sequence[torch.Tensor], group: Any) -> None:
+        calls.append(("broadcast", len(tensors), torch.is_grad_enabled()))
+
+    def reduce(tensors: Sequence[torch.Tensor], group: Any) -> None:
+        calls.append(("reduce", len(tensors), torch.is_grad_enabled()))
+        for tensor in tensors:
+            tensor.mul_(2.0)
+
+    layer = torch.nn.Linear(2, 1)
+    ddp = DistributedDataParallel(
+        layer, broadcast_buffers=False, reduce_function=reduce, broadcast_function=broadcast
+    )
+    ddp(torch.ones(1, 2)).sum().backward()
+    assert calls == [("broadcast", 2, False), ("reduce", 2, False)]
+    assert layer.weight.grad is not None
+    torch.testing.assert_close(layer.weight.grad, torch.full((1, 2), 2.0))
+
+
+def test_foreach_wrapper_multiplies_tensors_in_place() -> None:
+    tensors = [torch.ones(3), torch.full((2, 2), 4.0, dtype=torch.float64), torch.ones(1)]
+    get_foreach_wrapper().multiply(tensors, 0.25)
+    torch.testing.assert_close(tensors[0], torch.full((3,), 0.25))
+    torch.testing.assert_close(tensors[1], torch.ones(2, 2, dtype=torch.float64))
+    torch.testing.assert_close(tensors[2], torch.full((1,), 0.25))
 
 
 @pytest.mark.usefixtures("group_of_one")
@@ -302,9 +421,3 @@ def test_no_sync_restores_synchronization_after_an_error() -> None:
         raise KeyError("boom")
     ddp(torch.ones(1, 2)).sum().backward()
     assert len(calls) == 1
-
-
-@pytest.mark.usefixtures("group_of_one")
-def test_state_dict_keys_match_torch_ddp() -> None:
-    ddp = DistributedDataParallel(torch.nn.Linear(2, 2))
-    assert list(ddp.state_dict()) == ["module.weight", "module.bias"]

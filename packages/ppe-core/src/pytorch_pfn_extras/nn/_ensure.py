@@ -65,7 +65,12 @@ def _check(
 ) -> None:
     if shape is not None:
         actual = [int(dim) for dim in tensor.shape]
-        if broadcastable:
+        wildcards = False
+        for expected_dim in shape:
+            if expected_dim is None:
+                wildcards = True
+        if broadcastable or wildcards:
+            # As in PPE, a shape with a ``None`` is compared with broadcasting rules.
             ok = True
             for i in range(1, min(len(actual), len(shape)) + 1):
                 expected_dim = shape[-i]
@@ -84,6 +89,8 @@ def _check(
                     + " is not broadcastable with the expected shape "
                     + _shape_str(shape)
                 )
+                if not broadcastable:
+                    message += " (a shape with None is checked with broadcasting rules)"
                 raise ValueError(message)
         else:
             ok = len(actual) == len(shape)
@@ -98,7 +105,6 @@ def _check(
                     + _shape_str(shape)
                     + ", got shape "
                     + _sizes_str(actual)
-                    + " (None matches any size)"
                 )
                 raise ValueError(message)
     if dtype is not None:
@@ -163,7 +169,9 @@ def ensure(
         tensor: The tensor to check.
         shape: Tuple with the desired shape. If the input tensor shape is not
             compatible, ValueError will be raised. If ``None`` is set as a dimension
-            value, that dimension will be ignored.
+            value, that dimension will be ignored; as in PPE, a shape holding a
+            ``None`` is then compared with broadcasting rules (a ``(2, 1)`` tensor
+            passes ``(None, 2)``), a shape without ``None`` must be equal.
         dtype: Checks if the dtype of the input tensor matches the provided one.
         broadcastable: Check if the shapes are compatible using broadcasting rules
             instead of requiring them to be equal.
@@ -180,7 +188,7 @@ def ensure(
         >>> ensure(torch.zeros(8, 4), shape=(None, 3))
         Traceback (most recent call last):
         ...
-        ValueError: expected a tensor of shape (None, 3), got shape (8, 4) (None matches any size)
+        ValueError: tensor of shape (8, 4) is not broadcastable with the expected shape (None, 3) (a shape with None is checked with broadcasting rules)
     """
     spec = _validate_spec(shape, dtype, broadcastable, can_cast)
     _check(tensor, spec, dtype, broadcastable, can_cast)
@@ -195,7 +203,8 @@ class Ensure(torch.nn.Module):
     Args:
         shape: Tuple with the desired shape. If the input tensor shape is not
             compatible, ValueError will be raised. If ``None`` is set as a dimension
-            value, that dimension will be ignored.
+            value, that dimension will be ignored; a shape holding a ``None`` is
+            compared with broadcasting rules, as :func:`ensure` describes.
         dtype: Checks if the dtype of the input tensor matches the provided one.
         broadcastable: Check if the shapes are compatible using broadcasting rules.
         can_cast: Check if the input tensor can be casted to the provided type.

@@ -4,23 +4,65 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 
 _MODES = ("init", "copy", "share")
 
+# Modules that only hold other modules: ``mode='share'`` rebuilds these and shares the rest.
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
-def _reinitialize(module: torch.nn.Module) -> list[str]:
-    """Call every submodule's ``reset_parameters``; return the ones that have none."""
+
+def _reset_method(module: torch.nn.Module) -> Callable[[], Any] | None:
+    """``reset_parameters``, else ``_reset_parameters`` (e.g. ``MultiheadAttention``)."""
+    for name in ("reset_parameters", "_reset_parameters"):
+        method = getattr(module, name, None)
+        if callable(method):
+            return method  # type: ignore[no-any-return]
+    return None
+
+
+def _holds_state(module: torch.nn.Module) -> bool:
+    # Empty tensors (a lazy module's undetermined placeholders) hold nothing to reset.
+    return any(
+        tensor is not None and tensor.numel() > 0
+        for tensor in (*module._parameters.values(), *module._buffers.values())
+    )
+
+
+def _reinitialize(module: torch.nn.Module, prefix: str = "", covered: bool = False) -> list[str]:
+    """Re-initialize ``module`` and its submodules; return the ones nothing re-initializes.
+
+    Children are reset before their parent, the order in which a freshly built module
+    initializes them, so that a parent's reset (``MultiheadAttention`` zeroing its
+    ``out_proj.bias``) has the last word. A module without a reset method is reported
+    if it holds parameters or buffers and no ancestor has a reset method that could
+    cover it.
+    """
+    reset = _reset_method(module)
     skipped = []
-    for name, submodule in module.named_modules():
-        reset = getattr(submodule, "reset_parameters", None)
-        if callable(reset):
-            reset()
-        elif any(True for _ in submodule.parameters(recurse=False)):
-            skipped.append(f"{name} ({type(submodule).__name__})")
+    for name, child in module.named_children():
+        skipped += _reinitialize(child, f"{prefix}{name}.", covered or reset is not None)
+    if reset is not None:
+        reset()
+    elif not covered and _holds_state(module):
+        skipped.append(f"{prefix.rstrip('.') or '<block>'} ({type(module).__name__})")
     return skipped
+
+
+def _share(module: torch.nn.Module) -> torch.nn.Module:
+    """Copy the containers of ``module``, sharing every other module and tensor."""
+    memo: dict[int, Any] = {}
+    for submodule in module.modules():
+        if not isinstance(submodule, _CONTAINERS):
+            memo[id(submodule)] = submodule
+        for tensor in (*submodule._parameters.values(), *submodule._buffers.values()):
+            if tensor is not None:
+                memo[id(tensor)] = tensor
+    # deepcopy returns the object itself for every id in ``memo``.
+    return copy.deepcopy(module, memo)
 
 
 class ExtendedSequential(torch.nn.Sequential):
@@ -46,10 +88,14 @@ class ExtendedSequential(torch.nn.Sequential):
             mode: How the repetitions are made:
 
                 - ``'init'``: deep copies whose parameters are re-initialized with each
-                  module's ``reset_parameters()`` (modules without one keep copied values
-                  and trigger a warning).
+                  module's ``reset_parameters()`` or, lacking one, ``_reset_parameters()``
+                  (as ``torch.nn.MultiheadAttention`` has). Modules that hold
+                  parameters or buffers and have neither (nor an ancestor that has one)
+                  keep copied values and trigger a warning.
                 - ``'copy'``: deep copies with the same parameter values, not shared.
-                - ``'share'``: this very module repeated; all repetitions share parameters.
+                - ``'share'``: new containers (``Sequential``, ``ModuleList``,
+                  ``ModuleDict``, at any depth, this one included) holding the same
+                  modules: all repetitions share their parameters and buffers.
 
         Returns:
             The new ``ExtendedSequential``.
@@ -71,7 +117,7 @@ class ExtendedSequential(torch.nn.Sequential):
         skipped: list[str] = []
         for _ in range(n_repeat):
             if mode == "share":
-                repeats.append(self)
+                repeats.append(_share(self))
                 continue
             duplicate = copy.deepcopy(self)
             if mode == "init":
@@ -79,8 +125,9 @@ class ExtendedSequential(torch.nn.Sequential):
             repeats.append(duplicate)
         if skipped:
             message = (
-                "ExtendedSequential.repeat(mode='init') cannot re-initialize modules without "
-                "a reset_parameters() method; their parameters were copied instead: "
+                "ExtendedSequential.repeat(mode='init') cannot re-initialize modules that "
+                "hold parameters or buffers but have no reset_parameters() or "
+                "_reset_parameters() method; their values were copied instead: "
                 + ", ".join(skipped)
             )
             warnings.warn(message, UserWarning, stacklevel=2)

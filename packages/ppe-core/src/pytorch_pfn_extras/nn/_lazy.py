@@ -1,14 +1,17 @@
-"""Machinery shared by the lazy modules: the mixin and the uninitialized parameter."""
+"""The lazy-module contract: ``UninitializedParameter`` and ``LazyInitializationMixin``.
+
+``nn.modules.lazy`` exports both under PPE's module path; the library's own lazy layers
+build on them in ``_lazy_sized``.
+"""
 
 from __future__ import annotations
 
 import sys
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
-from torch.utils.hooks import RemovableHandle
 
 _OPTIMIZER_WARNING = (
     "Use of uninitialized lazy parameter in Optimizer has been detected. "
@@ -34,15 +37,62 @@ def _warn_if_read_by_optimizer() -> None:
 class UninitializedParameter(torch.nn.Parameter):
     """A lazy module's parameter whose shape is not known yet.
 
-    It holds an empty placeholder tensor. The first forward of the owning module
-    materializes it in place (same object, real shape), after which it is an ordinary
-    :class:`torch.nn.Parameter`. Handing it to an optimizer before that warns.
+    ``UninitializedParameter()`` holds an empty placeholder tensor (the library's lazy
+    layers keep the known dimensions in it, e.g. ``(out_features, 0)``).
+    :meth:`materialize` gives it its real shape in place, after which it is an
+    ordinary :class:`torch.nn.Parameter` (same object). Handing it to an optimizer
+    before that warns; sharing its memory raises.
+
+    Example:
+        >>> param = UninitializedParameter()
+        >>> param.materialize((2, 3))
+        >>> type(param).__name__, tuple(param.shape)
+        ('Parameter', (2, 3))
     """
 
     @property
     def is_leaf(self) -> bool:  # type: ignore[override]
         _warn_if_read_by_optimizer()
         return True
+
+    def materialize(
+        self,
+        shape: tuple[int, ...] | torch.Size,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Give the parameter its real shape, in place; its values are uninitialized.
+
+        Args:
+            shape: The parameter's shape.
+            device: Device of the data (default: the placeholder's).
+            dtype: Type of the data (default: the placeholder's).
+        """
+        data = torch.empty(
+            shape,
+            device=self.data.device if device is None else device,
+            dtype=self.data.dtype if dtype is None else dtype,
+        )
+        if data.device.type == self.data.device.type:
+            self.data = data
+            self.__class__ = torch.nn.Parameter  # type: ignore[assignment]
+            return
+        # ``.data`` cannot change the device type: swap the whole tensor (and class)
+        # with a new parameter instead, keeping this object's identity.
+        new = torch.nn.Parameter(data, self.requires_grad)
+        torch.utils.swap_tensors(self, new)  # type: ignore[no-untyped-call]
+
+    def share_memory_(self) -> NoReturn:
+        """Raise: an uninitialized parameter has no memory to share yet.
+
+        Raises:
+            RuntimeError: Always.
+        """
+        message = (
+            "cannot share the memory of an uninitialized lazy parameter: run a forward "
+            "pass to initialize the module before calling `module.share_memory()`"
+        )
+        raise RuntimeError(message)
 
     def __reduce_ex__(self, proto: Any) -> tuple[Any, ...]:
         return (UninitializedParameter, (self.data, self.requires_grad))
@@ -51,170 +101,203 @@ class UninitializedParameter(torch.nn.Parameter):
         return f"UninitializedParameter(placeholder shape={tuple(self.data.shape)})"
 
 
-def _lazy_pre_forward(
-    module: LazyInitializationMixin, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
-    if args:
-        input = args[0]
-    elif "input" in kwargs:
-        input = kwargs["input"]
-    else:
-        message = (
-            f"{type(module).__name__} must see its input tensor on the first forward "
-            f"to infer its size, got args={args!r} kwargs={sorted(kwargs)!r}"
-        )
-        raise TypeError(message)
-    if not isinstance(input, torch.Tensor):
-        message = (
-            f"{type(module).__name__} infers its size from a torch.Tensor input, "
-            f"got {type(input).__name__}"
-        )
-        raise TypeError(message)
-    module._lazy_initialize(module._lazy_infer_size(input))
-    module.reset_parameters()
+# Key of a lazy module's entry in a state dict's ``_metadata`` that lists the lazy
+# tensors not determined when it was saved: loading that state undetermines them again.
+_UNDETERMINED = "lazy_undetermined"
+
+
+def _unmaterialize(param: torch.nn.Parameter, shape: tuple[int, ...]) -> None:
+    """Turn ``param`` back into an :class:`UninitializedParameter` with a placeholder."""
+    param.data = torch.empty(shape, device=param.device, dtype=param.dtype)
+    param.__class__ = UninitializedParameter
 
 
 class LazyInitializationMixin(torch.nn.Module):
-    """Mixin that lets a module infer one size (input features/channels) lazily.
+    """A mixin for modules that create some parameters and buffers at their first forward.
 
-    A concrete class lists the parameters and buffers whose shape depends on the lazy
-    size in :attr:`lazy_parameter_names` / :attr:`lazy_buffer_names`, calls
-    :meth:`_lazy_begin` before and :meth:`_lazy_end` after the base ``__init__`` (which
-    it calls with a size of ``0``), and implements ``_lazy_infer_size``,
-    ``_lazy_shapes``, ``_lazy_size_from_tensor`` and ``_lazy_set_size``.
+    List the lazy ones in :attr:`lazy_parameter_names` and :attr:`lazy_buffer_names`.
+    After the base class's ``__init__``, each lazy parameter that does not exist yet
+    (or is empty, e.g. created with a size of ``0``) becomes an
+    :class:`UninitializedParameter`, and each lazy buffer that does not exist yet an
+    empty tensor. The subclass then creates them when it sees its first input,
+    typically by assigning a new :class:`torch.nn.Parameter` or calling
+    :meth:`UninitializedParameter.materialize`, and defers ``reset_parameters``
+    until :attr:`lazy_parmeters_determined`.
 
-    While the size is unknown the lazy tensors are empty placeholders, so the module
-    can be moved, copied, and saved/loaded with ``state_dict``. The first forward (or
-    loading a state dict of an initialized module) materializes them in place and
-    initializes them with the base class's ``reset_parameters``.
+    State dicts leave out the lazy parameters that are not determined yet (and list
+    them in the state dict's ``_metadata``). Loading a state that has them determines
+    them (materialized with the state's shape); loading a state saved before they were
+    determined turns determined ones back into uninitialized parameters. Lazy buffers
+    take the state's shape when either side is empty.
+
+    Example:
+        >>> class LazyScale(LazyInitializationMixin, torch.nn.Module):
+        ...     lazy_parameter_names = ("scale",)
+        ...
+        ...     def forward(self, x):
+        ...         if isinstance(self.scale, UninitializedParameter):
+        ...             self.scale.materialize(x.shape[-1:])
+        ...             torch.nn.init.ones_(self.scale)
+        ...         return x * self.scale
+        >>> LazyScale()(torch.ones(2, 3)).shape
+        torch.Size([2, 3])
     """
+
+    # TorchScript compiles a module's properties unless listed here; this one reads
+    # Python-only state.
+    __jit_unused_properties__ = ["lazy_parmeters_determined"]
 
     # Annotations only for type checkers: TorchScript reads the class annotations of a
     # module at runtime and cannot evaluate them as strings.
     if TYPE_CHECKING:
         lazy_parameter_names: tuple[str, ...]
         lazy_buffer_names: tuple[str, ...]
-        _lazy_pending: bool
-        _lazy_hook: RemovableHandle | None
+        _lazy_ready: bool
 
-    #: Parameters whose shape depends on the lazy size.
+    #: Parameters that are created lazily.
     lazy_parameter_names = ()
-    #: Buffers whose shape depends on the lazy size.
+    #: Buffers that are created lazily.
     lazy_buffer_names = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # While False, an empty lazy parameter counts as not determined: the base
+        # ``__init__`` may call ``reset_parameters`` before the placeholders exist.
+        object.__setattr__(self, "_lazy_ready", False)
+        super().__init__(*args, **kwargs)
+        self._lazy_add_placeholders()
+        self._lazy_ready = True
+
+    def _lazy_add_placeholders(self) -> None:
+        for name in self.lazy_parameter_names:
+            if name not in self._parameters:
+                self.register_parameter(name, UninitializedParameter())
+                continue
+            param = self._parameters[name]
+            if (
+                param is not None
+                and param.numel() == 0
+                and not isinstance(param, UninitializedParameter)
+            ):
+                self._parameters[name] = UninitializedParameter(param.data, param.requires_grad)
+        for name in self.lazy_buffer_names:
+            if name not in self._buffers:
+                self.register_buffer(name, torch.empty(0))
 
     @property
     def lazy_parmeters_determined(self) -> bool:
-        """Whether all lazy parameters have their final shape (spelling kept from PPE)."""
-        return not self._lazy_pending
+        """Returns if all lazy parameters are determined (spelling kept from PPE).
 
-    # ------------------------------------------------------------- subclass contract
-    def _lazy_infer_size(self, input: torch.Tensor) -> int:
-        raise NotImplementedError
-
-    def _lazy_shapes(self, size: int) -> dict[str, tuple[int, ...]]:
-        raise NotImplementedError
-
-    def _lazy_size_from_tensor(self, name: str, tensor: torch.Tensor) -> int | None:
-        raise NotImplementedError
-
-    def _lazy_set_size(self, size: int | None) -> None:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------- construction
-    def _lazy_begin(self, pending: bool) -> None:
-        # Runs before ``Module.__init__``: ``reset_parameters`` (called by the base
-        # ``__init__``) must already know that the shapes are placeholders.
-        object.__setattr__(self, "_lazy_pending", pending)
-        object.__setattr__(self, "_lazy_hook", None)
-
-    def _lazy_end(self) -> None:
-        if not self._lazy_pending:
-            return
-        with torch.no_grad():
-            for name, param in self.named_parameters(recurse=False):
-                if name not in self.lazy_parameter_names:
-                    param.zero_()  # e.g. a bias: deterministic until initialized
+        It may be read during ``__init__`` (in ``reset_parameters``): lazy parameters
+        that do not exist yet, or are still empty, are not determined then.
+        """
+        params = self.__dict__.get("_parameters")
+        if params is None:
+            return False
+        ready = self.__dict__.get("_lazy_ready", True)
         for name in self.lazy_parameter_names:
-            placeholder = self._parameters.get(name)
-            if placeholder is not None:
-                self._parameters[name] = UninitializedParameter(
-                    placeholder.data, placeholder.requires_grad
-                )
-        self._lazy_set_size(None)
-        self._lazy_hook = self.register_forward_pre_hook(_lazy_pre_forward, with_kwargs=True)
+            if name not in params:
+                return False
+            param = params[name]
+            if isinstance(param, UninitializedParameter):
+                return False
+            if not ready and param is not None and param.numel() == 0:
+                return False
+        return True
 
-    # ------------------------------------------------------------- initialization
-    def _lazy_initialize(self, size: int) -> None:
-        shapes = self._lazy_shapes(size)
-        with torch.no_grad():
-            for name in self.lazy_parameter_names:
-                param = self._parameters.get(name)
-                if param is None:
-                    continue
-                param.data = torch.empty(shapes[name], dtype=param.dtype, device=param.device)
-                if isinstance(param, UninitializedParameter):
-                    param.__class__ = torch.nn.Parameter  # type: ignore[assignment]
-            for name in self.lazy_buffer_names:
-                buffer = self._buffers.get(name)
-                if buffer is not None:
-                    buffer.data = torch.empty(
-                        shapes[name], dtype=buffer.dtype, device=buffer.device
-                    )
-        self._lazy_set_size(size)
-        self._lazy_pending = False
-        if self._lazy_hook is not None:
-            self._lazy_hook.remove()
-            self._lazy_hook = None
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """Returns a dictionary containing a whole state of the module.
 
-    def reset_parameters(self) -> None:
-        """Initialize parameters as the base module does; a no-op while the size is unknown."""
-        if self._lazy_pending:
-            return
-        super().reset_parameters()  # type: ignore[misc]
+        Lazy parameters that are not determined yet are left out, so that loading the
+        state tells them apart from determined ones (see the class description).
+        Arguments are those of :meth:`torch.nn.Module.state_dict`.
+        """
+        # The work is done in ``_save_to_state_dict``, which also runs when a parent
+        # module saves this one.
+        return super().state_dict(*args, **kwargs)
 
     # ------------------------------------------------------------- torch.nn.Module hooks
-    def _apply(self, fn: Any, recurse: bool = True) -> Any:
-        result = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
-        if self._lazy_pending:
-            # A conversion that cannot reuse the storage (e.g. to another device)
-            # replaces parameters with plain ones; keep them marked as uninitialized.
-            for name in self.lazy_parameter_names:
-                param = self._parameters.get(name)
-                if param is not None and not isinstance(param, UninitializedParameter):
-                    self._parameters[name] = UninitializedParameter(param.data, param.requires_grad)
-        return result
-
-    def _lazy_size_from_state(self, state_dict: Mapping[str, Any], prefix: str) -> int | None:
-        """The size an initialized module's state implies, or ``None`` if it has none.
-
-        Returns ``None`` as well when the state's lazy tensors do not have the shapes
-        that size implies, so that ``load_state_dict`` reports the mismatch itself.
-        """
-        names = [
+    def _lazy_undetermined(self) -> list[str]:
+        """Names of the lazy tensors that are not determined."""
+        return [
             name
-            for name in (*self.lazy_parameter_names, *self.lazy_buffer_names)
-            if getattr(self, name) is not None
-            and isinstance(state_dict.get(prefix + name), torch.Tensor)
+            for name in self.lazy_parameter_names
+            if isinstance(self._parameters.get(name), UninitializedParameter)
         ]
-        size = None
-        for name in names:
-            tensor = state_dict[prefix + name]
-            if tensor.numel() > 0:
-                size = self._lazy_size_from_tensor(name, tensor)
-                break
-        if size is None:
-            return None
-        shapes = self._lazy_shapes(size)
-        for name in names:
-            if tuple(state_dict[prefix + name].shape) != shapes[name]:
-                return None
-        return size
+
+    def _save_to_state_dict(
+        self, destination: dict[str, Any], prefix: str, keep_vars: bool
+    ) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name in self.lazy_parameter_names:
+            if isinstance(self._parameters.get(name), UninitializedParameter):
+                destination.pop(prefix + name, None)
+        undetermined = self._lazy_undetermined()
+        metadata = getattr(destination, "_metadata", None)
+        if undetermined and metadata is not None:
+            metadata.setdefault(prefix[:-1], {})[_UNDETERMINED] = undetermined
+
+    def _lazy_prepare_load(
+        self, state_dict: Mapping[str, Any], prefix: str, local_metadata: Mapping[str, Any]
+    ) -> None:
+        """Give the lazy tensors the shapes of the state about to be loaded."""
+        undetermined = local_metadata.get(_UNDETERMINED, ())
+        for name in self.lazy_parameter_names:
+            param = self._parameters.get(name)
+            if param is None:
+                continue
+            value = state_dict.get(prefix + name)
+            if isinstance(param, UninitializedParameter):
+                if isinstance(value, torch.Tensor) and value.numel() > 0:
+                    param.materialize(value.shape)
+            elif name in undetermined:
+                _unmaterialize(param, (0,))
+        for name in self.lazy_buffer_names:
+            buffer = self._buffers.get(name)
+            value = state_dict.get(prefix + name)
+            if (
+                buffer is not None
+                and isinstance(value, torch.Tensor)
+                and value.shape != buffer.shape
+                and (value.numel() == 0 or buffer.numel() == 0)
+            ):
+                self._buffers[name] = torch.empty(
+                    value.shape, dtype=buffer.dtype, device=buffer.device
+                )
 
     def _load_from_state_dict(
-        self, state_dict: Mapping[str, Any], prefix: str, *args: Any, **kwargs: Any
+        self,
+        state_dict: Mapping[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
     ) -> None:
-        if self._lazy_pending:
-            size = self._lazy_size_from_state(state_dict, prefix)
-            if size is not None:
-                self._lazy_initialize(size)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._lazy_prepare_load(state_dict, prefix, local_metadata)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        for name in self.lazy_parameter_names:
+            key = prefix + name
+            if (
+                key in missing_keys
+                and key not in state_dict
+                and isinstance(self._parameters.get(name), UninitializedParameter)
+            ):
+                missing_keys.remove(key)  # left out of the state on purpose
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        pending = [
+            name
+            for name in self.lazy_parameter_names
+            if isinstance(self._parameters.get(name), UninitializedParameter)
+        ]
+        result = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        # A conversion that cannot reuse the storage (e.g. to another device) replaces
+        # parameters with plain ones; keep them marked as uninitialized.
+        for name in pending:
+            param = self._parameters.get(name)
+            if param is not None and not isinstance(param, UninitializedParameter):
+                self._parameters[name] = UninitializedParameter(param.data, param.requires_grad)
+        return result

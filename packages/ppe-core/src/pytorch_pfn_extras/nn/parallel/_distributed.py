@@ -6,7 +6,7 @@ import contextlib
 import inspect
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -49,6 +49,20 @@ def _torch_ddp_arguments() -> frozenset[str]:
     # Names added by newer torch releases are accepted too.
     signature = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__)
     return _TORCH_DDP_ARGUMENTS | frozenset(signature.parameters) - {"self", "module"}
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _unless_alone(collective: CollectiveFunction) -> CollectiveFunction:
+    """``collective``, skipped without a process group: one process is a group of one."""
+
+    def run(tensors: Sequence[torch.Tensor], group: ProcessGroup | None) -> None:
+        if _distributed():
+            collective(tensors, group)
+
+    return run
 
 
 def _queue_end_of_backward(callback: Callable[[], None]) -> None:
@@ -95,15 +109,22 @@ class DistributedDataParallel(torch.nn.Module):
         process_group: Process group used for broadcasting and reducing
             (default: the world group).
         reduce_function: ``fn(grads, process_group)`` replacing the default all-reduce;
-            it must reduce ``grads`` in place (the default averages them).
+            it must reduce ``grads`` in place (the default averages them). It runs
+            under ``torch.no_grad()``.
         broadcast_function: ``fn(tensors, process_group)`` replacing the default
-            broadcast from the group's first rank; it must update ``tensors`` in place.
+            broadcast from the group's first rank; it must update ``tensors`` (the
+            parameters, then the buffers) in place, and runs under ``torch.no_grad()``.
         **kwargs: Arguments of :class:`torch.nn.parallel.DistributedDataParallel`
             (``device_ids``, ``find_unused_parameters``, ...), accepted for
             compatibility and ignored with a warning.
 
+    Without an initialized default process group (single-process use) the default
+    collectives do nothing, as in a group of one rank; custom ``reduce_function`` and
+    ``broadcast_function`` are still called. :meth:`state_dict` and
+    :meth:`load_state_dict` are those of the wrapped module (no ``module.`` prefix), so
+    checkpoints load into the bare model.
+
     Raises:
-        RuntimeError: torch.distributed is unavailable or not initialized.
         TypeError: A keyword argument that torch's DistributedDataParallel does not have.
 
     Example:
@@ -145,19 +166,16 @@ class DistributedDataParallel(torch.nn.Module):
                 f"torch.nn.parallel.DistributedDataParallel: {', '.join(sorted(kwargs))}"
             )
             warnings.warn(message, UserWarning, stacklevel=2)
-        if not dist.is_available() or not dist.is_initialized():
-            message = (
-                "DistributedDataParallel needs an initialized default process group: "
-                "call torch.distributed.init_process_group() first"
-            )
-            raise RuntimeError(message)
-
         self.module = module
         self._broadcast_buffers = broadcast_buffers
         self._negotiate_grads = negotiate_grads
         self._process_group = process_group
-        self._reduce_function: CollectiveFunction = reduce_function or all_reduce_mean
-        self._broadcast_function: CollectiveFunction = broadcast_function or broadcast_from_first
+        self._reduce_function: CollectiveFunction = reduce_function or _unless_alone(
+            all_reduce_mean
+        )
+        self._broadcast_function: CollectiveFunction = broadcast_function or _unless_alone(
+            broadcast_from_first
+        )
         self._require_sync = True
         self._sync_queued = False
         self._comm_hooks: OrderedDict[int, Callable[[DistributedDataParallel], None]] = (
@@ -168,7 +186,7 @@ class DistributedDataParallel(torch.nn.Module):
         if broadcast_buffers:
             state.extend(module.buffers())
         if state:
-            self._broadcast_function(state, process_group)
+            self._broadcast(state)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the wrapped module; a backward through the outputs synchronizes gradients."""
@@ -178,6 +196,31 @@ class DistributedDataParallel(torch.nn.Module):
             for tensor in _tensors_requiring_grad(outputs):
                 tensor.register_hook(self._on_output_grad)  # type: ignore[no-untyped-call]
         return outputs
+
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        """Returns the wrapped module's state dict, whose keys have no ``module.`` prefix.
+
+        Example:
+            >>> torch.save(ddp.state_dict(), "model.pt")  # doctest: +SKIP
+            >>> Net().load_state_dict(torch.load("model.pt"))  # the bare model  # doctest: +SKIP
+        """
+        return self.module.state_dict()
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, *args: Any
+    ) -> Any:
+        """Load a state dict of the wrapped module (keys without ``module.`` prefix).
+
+        Args:
+            state_dict: The state, as :meth:`state_dict` or the bare model returns it.
+            strict: Require the keys to match exactly.
+            *args: Further arguments of :meth:`torch.nn.Module.load_state_dict`
+                (``assign``).
+
+        Returns:
+            The wrapped module's ``load_state_dict`` result (missing and unexpected keys).
+        """
+        return self.module.load_state_dict(state_dict, strict, *args)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -226,7 +269,7 @@ class DistributedDataParallel(torch.nn.Module):
         for hook in list(self._comm_hooks.values()):
             hook(self)
         params = [param for param in self.module.parameters() if param.requires_grad]
-        if self._negotiate_grads and params:
+        if self._negotiate_grads and params and _distributed():
             has_grad = torch.tensor(
                 [param.grad is not None for param in params],
                 dtype=torch.int32,
@@ -238,8 +281,14 @@ class DistributedDataParallel(torch.nn.Module):
                     param.grad = torch.zeros_like(param)
         grads = [param.grad for param in params if param.grad is not None]
         if grads:
-            self._reduce_function(grads, self._process_group)
+            with torch.no_grad():
+                self._reduce_function(grads, self._process_group)
         if self._broadcast_buffers:
             buffers = list(self.module.buffers())
             if buffers:
-                self._broadcast_function(buffers, self._process_group)
+                self._broadcast(buffers)
+
+    def _broadcast(self, tensors: list[torch.Tensor]) -> None:
+        # Parameters are leaves that require grad: updating them in place needs no_grad.
+        with torch.no_grad():
+            self._broadcast_function(tensors, self._process_group)
