@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import inspect
 import threading
-import time
+from typing import Any
 
 import pytest
 import torch
@@ -10,19 +11,44 @@ from pytorch_pfn_extras.profiler import TimeSummary, get_time_summary
 from pytorch_pfn_extras.reporting import DictSummary
 
 
-def test_report_records_wall_time_with_mean_std_min_max() -> None:
+class FakeClock:
+    """A clock that only moves when told to: deterministic section times."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _summary_with_clock() -> tuple[TimeSummary, FakeClock]:
     ts = TimeSummary()
-    for delay in (0.01, 0.03):
+    clock = FakeClock()
+    ts.clock = clock
+    return ts, clock
+
+
+def test_report_records_the_time_of_the_block_with_mean_std_min_max() -> None:
+    ts, clock = _summary_with_clock()
+    for seconds in (1.0, 3.0):
         with ts.report("step"):
-            time.sleep(delay)
+            clock.advance(seconds)
+    clock.advance(50.0)  # between the blocks: not measured
     summary, extrema = ts.summary()
     assert isinstance(summary, DictSummary)
-    stats = summary.make_statistics()
-    assert 0.02 <= stats["step"] < 0.5
-    assert stats["step.std"] == pytest.approx((extrema["step.max"] - extrema["step.min"]) / 2)
-    assert 0.01 <= extrema["step.min"] < extrema["step.max"]
-    assert extrema["step.max"] >= 0.03
-    assert set(extrema) == {"step.min", "step.max"}
+    assert summary.make_statistics() == {"step": 2.0, "step.std": 1.0}
+    assert extrema == {"step.min": 1.0, "step.max": 3.0}
+
+
+def test_the_default_clock_is_a_monotonic_clock_in_seconds() -> None:
+    ts = TimeSummary()
+    with ts.report("step"):
+        pass
+    (elapsed,) = ts.summary()[0].compute_mean().values()
+    assert elapsed >= 0.0
 
 
 def test_summary_returns_a_snapshot_and_clear_starts_over() -> None:
@@ -65,13 +91,13 @@ def test_a_section_that_raises_is_still_recorded() -> None:
 
 
 def test_deferred_report_is_recorded_when_completed() -> None:
-    ts = TimeSummary()
+    ts, clock = _summary_with_clock()
     with ts.report("async") as notification:
         notification.defer()
     assert ts.summary()[0].compute_mean() == {}
-    time.sleep(0.02)
+    clock.advance(0.5)
     notification.complete()
-    assert ts.summary()[0].compute_mean()["async"] >= 0.02
+    assert ts.summary()[0].compute_mean() == {"async": 0.5}
     with pytest.raises(RuntimeError, match="'async' was already completed"):
         notification.complete()
 
@@ -90,6 +116,42 @@ def test_concurrent_reports_from_threads_are_all_counted() -> None:
     for thread in threads:
         thread.join()
     assert ts.summary()[0].state_dict()["work"]["_n"] == 800
+
+
+class _CompletedReports(TimeSummary):
+    """A subclass that sees every completed report, as PPE users write them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completed: list[tuple[str, bool, Any, float]] = []
+
+    def complete_report(self, tag: str, use_cuda: bool, begin_event: Any, begin: float) -> None:
+        self.completed.append((tag, use_cuda, begin_event, begin))
+        super().complete_report(tag, use_cuda, begin_event, begin)
+
+
+def test_complete_report_receives_every_report_and_can_be_overridden() -> None:
+    ts = _CompletedReports()
+    clock = FakeClock()
+    ts.clock = clock
+    with ts.report("forward"):
+        clock.advance(2.0)
+    with ts.report("deferred") as notification:
+        notification.defer()
+    clock.advance(1.0)
+    notification.complete()
+    assert ts.completed == [("forward", False, None, 1000.0), ("deferred", False, None, 1002.0)]
+    assert ts.summary()[0].compute_mean() == {"forward": 2.0, "deferred": 1.0}
+
+
+def test_complete_report_called_directly_records_from_begin_to_now() -> None:
+    ts, clock = _summary_with_clock()
+    begin = clock()
+    clock.advance(4.0)
+    ts.complete_report(tag="io", use_cuda=False, begin_event=None, begin=begin)
+    assert ts.summary()[1] == {"io.min": 4.0, "io.max": 4.0}
+    params = list(inspect.signature(TimeSummary.complete_report).parameters)
+    assert params == ["self", "tag", "use_cuda", "begin_event", "begin"]
 
 
 def test_get_time_summary_is_one_instance_per_thread() -> None:

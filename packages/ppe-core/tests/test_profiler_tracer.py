@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import pickle
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +34,50 @@ def fresh_tracer() -> Iterator[None]:
     clear_tracer()
 
 
-def _event(tracer: ChromeTracer, name: str, **kwargs: Any) -> None:
-    tracer.finalize_event(tracer.initialize_event(name, **kwargs))
+def _event(tracer: Tracer, name: str) -> None:
+    with tracer.add_event(name):
+        pass
 
 
 def test_events_are_chrome_complete_events_in_microseconds() -> None:
     tracer = ChromeTracer()
     before = time.time() * 1e6
-    event = tracer.initialize_event("load", path="a.png")
-    time.sleep(0.01)
-    tracer.finalize_event(event)
+    with tracer.add_event("load") as event:
+        event["args"] = {"path": "a.png"}
+    after = time.time() * 1e6
     (recorded,) = tracer.get_events()
+    assert recorded is event
     assert set(recorded) == {"name", "ph", "ts", "dur", "pid", "tid", "args"}
     assert recorded["name"] == "load"
     assert recorded["ph"] == "X"
-    assert before <= recorded["ts"] <= time.time() * 1e6
-    assert 10_000 <= recorded["dur"] < 1_000_000
+    assert before <= recorded["ts"] <= after
+    assert recorded["dur"] >= 0
     assert recorded["pid"] == os.getpid()
     assert recorded["tid"] == threading.get_native_id()
     assert recorded["args"] == {"path": "a.png"}
+
+
+def test_a_section_that_raises_is_still_an_event() -> None:
+    tracer = ChromeTracer()
+    with pytest.raises(KeyError), tracer.add_event("lookup"):
+        raise KeyError("missing")
+    assert [e["name"] for e in tracer.get_events()] == ["lookup"]
+
+
+def test_add_remote_event_adds_an_event_measured_elsewhere() -> None:
+    tracer = ChromeTracer()
+    remote = {"name": "ignored", "ph": "X", "ts": 5.0, "dur": 2.0, "pid": 77, "tid": 7}
+    tracer.add_remote_event("remote_load", remote)
+    tracer.add_remote_event(name="kw", event={"ph": "i", "ts": 9.0, "pid": 1, "tid": 1})
+    tracer.enable(False)
+    tracer.add_remote_event("while_disabled", remote)
+    assert tracer.get_events() == [
+        {**remote, "name": "remote_load"},
+        {"ph": "i", "ts": 9.0, "pid": 1, "tid": 1, "name": "kw"},
+    ]
+    assert remote["name"] == "ignored"  # the caller's dict is not modified
+    with pytest.raises(TypeError, match="must be a mapping, got list"):
+        tracer.add_remote_event("bad", [1, 2])
 
 
 def test_events_of_threads_carry_their_thread_id() -> None:
@@ -70,9 +96,12 @@ def test_events_of_threads_carry_their_thread_id() -> None:
 def test_disabled_tracer_records_nothing_until_enabled() -> None:
     tracer = ChromeTracer(enable=False)
     assert not tracer.enabled
-    _event(tracer, "off")
-    tracer.enable(True)
+    with tracer.add_event("off") as event:
+        assert event is None
+    tracer.enable(enable_flag=True)
     _event(tracer, "on")
+    tracer.enable(False)
+    _event(tracer, "off_again")
     assert [e["name"] for e in tracer.get_events()] == ["on"]
 
 
@@ -198,7 +227,37 @@ def test_state_dict_round_trips_and_resumes_appending(tmp_path: Path) -> None:
     names = [e["name"] for e in load_chrome_trace_as_json(tmp_path / "trace.json")]
     assert names == ["flushed", "pending", "after_resume"]
     with pytest.raises(KeyError, match="lacks 'events'"):
-        ChromeTracer().load_state_dict({"enabled": True})
+        ChromeTracer().load_state_dict(to_load={"enabled": True})
+
+
+def test_initialize_writer_and_finalize_make_a_complete_json_file(tmp_path: Path) -> None:
+    tracer = ChromeTracer()
+    writer = SimpleWriter(out_dir=str(tmp_path))
+    (tmp_path / "trace.json").write_text("old content")
+    tracer.initialize_writer("trace.json", writer)
+    assert load_chrome_trace_as_json(tmp_path / "trace.json") == []  # started anew
+    _event(tracer, "epoch-1")
+    tracer.flush("trace.json", writer)
+    _event(tracer, "epoch-2")  # not flushed: finalize writes it
+    tracer.finalize()
+    events = json.loads((tmp_path / "trace.json").read_text())  # plain, complete JSON
+    assert [e["name"] for e in events if e["ph"] == "X"] == ["epoch-1", "epoch-2"]
+    assert events[-1]["ph"] == "M"  # the metadata event that closes the array
+    _event(tracer, "next-run")
+    tracer.flush("trace.json", writer)  # a flush after finalize starts the file again
+    assert [e["name"] for e in load_chrome_trace_as_json(tmp_path / "trace.json")] == ["next-run"]
+
+
+def test_finalize_without_a_file_does_nothing_and_overwrite_mode_keeps_complete_json(
+    tmp_path: Path,
+) -> None:
+    ChromeTracer().finalize()
+    tracer = ChromeTracer(append=False)
+    writer = SimpleWriter(out_dir=str(tmp_path))
+    tracer.initialize_writer(filename="trace.json", writer=writer)
+    _event(tracer, "a")
+    tracer.finalize()
+    assert [e["name"] for e in json.loads((tmp_path / "trace.json").read_text())] == ["a"]
 
 
 def test_get_tracer_returns_one_global_tracer() -> None:
@@ -221,31 +280,33 @@ def test_get_tracer_passes_params_to_the_class() -> None:
 
 
 class _ListTracer(Tracer):
-    """A minimal custom tracer: names of finished events."""
+    """A custom tracer written against the PPE 0.9 interface: names of finished events."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
+        self.remote: list[tuple[str, Any]] = []
+        self.enabled = True
 
-    def initialize_event(self, name: str, **kwargs: Any) -> Any:
-        return name
+    @contextlib.contextmanager
+    def add_event(self, name: str) -> Iterator[None]:
+        yield None
+        if self.enabled:
+            self.names.append(name)
 
-    def finalize_event(self, event: Any) -> None:
-        self.names.append(event)
+    def add_remote_event(self, name: str, value: Any) -> None:
+        self.remote.append((name, value))
 
-    def enable(self, enable: bool) -> None:
-        pass
+    def enable(self, enable_flag: bool) -> None:
+        self.enabled = enable_flag
 
     def clear(self) -> None:
         self.names.clear()
 
-    def flush(self, filename: str, writer: Any) -> None:
-        pass
-
     def state_dict(self) -> dict[str, Any]:
         return {"names": list(self.names)}
 
-    def load_state_dict(self, state: Any) -> None:
-        self.names = list(state["names"])
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        self.names = list(to_load["names"])
 
 
 def test_a_custom_tracer_receives_the_record_sections() -> None:
@@ -253,14 +314,31 @@ def test_a_custom_tracer_receives_the_record_sections() -> None:
     assert isinstance(tracer, _ListTracer)
     with record("section", enable=False, trace=True):
         pass
+    with record("untraced"):
+        pass
+    tracer.enable(False)
+    with record("while_disabled", trace=True):
+        pass
     assert tracer.names == ["section"]
     with pytest.raises(ValueError, match="is a _ListTracer, not a ChromeTracer"):
         get_tracer(ChromeTracer)
 
 
-def test_tracer_is_abstract() -> None:
-    with pytest.raises(TypeError):
-        Tracer()  # type: ignore[abstract]
+def test_a_custom_tracer_receives_the_traceable_dataset_items() -> None:
+    tracer = _ListTracer()
+    dataset = TraceableDataset(TensorDataset(torch.arange(3)), "item", tracer)
+    assert [int(dataset[i][0]) for i in range(3)] == [0, 1, 2]
+    assert tracer.names == ["item"] * 3
+
+
+def test_the_base_tracer_names_what_a_subclass_does_not_implement(tmp_path: Path) -> None:
+    tracer = _ListTracer()
+    with pytest.raises(NotImplementedError, match=r"_ListTracer does not implement flush\(\)"):
+        tracer.flush("trace.json", SimpleWriter(out_dir=str(tmp_path)))
+    tracer.initialize_writer("trace.json", SimpleWriter(out_dir=str(tmp_path)))  # no-ops
+    tracer.finalize()
+    with pytest.raises(NotImplementedError, match=r"Tracer does not implement add_event\(\)"):
+        Tracer().add_event("x")
 
 
 def test_a_pickled_tracer_carries_its_settings_not_its_events() -> None:
@@ -336,7 +414,7 @@ def test_worker_events_spool_is_removed_with_the_tracer() -> None:
     dataset = TraceableDataset(TensorDataset(torch.arange(4)), "getitem", tracer)
     loader = DataLoader(dataset, batch_size=2, num_workers=2, multiprocessing_context="fork")
     assert _load_all(loader) == [0, 1, 2, 3]
-    spool = tracer._spool_dir
+    spool = tracer._spool.path
     assert os.path.isdir(spool)
     del tracer, dataset, loader
     gc.collect()

@@ -222,5 +222,6 @@ def test_summarizing_a_training_loop_of_reports() -> None:
         losses.append(loss.item())
         summary.add(observation)
     mean = summary.compute_mean()
-    assert mean["main/loss"] == pytest.approx(float(np.mean(losses)))
+    assert isinstance(mean["main/loss"], torch.Tensor)  # a tensor was reported: no .item()
+    assert float(mean["main/loss"]) == pytest.approx(float(np.mean(losses)))
     assert mean["main/lr"] == pytest.approx(0.1)

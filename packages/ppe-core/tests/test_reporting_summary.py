@@ -31,6 +31,15 @@ def _as(kind: str, value: float) -> Any:
 KINDS = ["float", "numpy", "array", "tensor", "callable"]
 
 
+def _check_statistic(value: Any, *, tensor: bool) -> float:
+    """Check that ``value`` is a 0-d tensor (``tensor=True``) or a Python float; its value."""
+    if tensor:
+        assert isinstance(value, torch.Tensor) and value.dim() == 0
+        return float(value)
+    assert type(value) is float
+    return value
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     values=st.lists(st.tuples(finite, weights, st.sampled_from(KINDS)), min_size=1, max_size=150)
@@ -43,10 +52,12 @@ def test_weighted_statistics_match_numpy(values: list[tuple[float, float, str]])
     ws = np.array([w for _, w, _ in values])
     mean = np.average(xs, weights=ws)
     std = math.sqrt(max(np.average(xs * xs, weights=ws) - mean * mean, 0.0))
+    tensor = "tensor" in {kind for _, _, kind in values}
     got_mean, got_std = summary.make_statistics()
-    assert got_mean == pytest.approx(mean, rel=1e-9, abs=1e-9)
-    assert got_std == pytest.approx(std, rel=1e-6, abs=1e-4)
-    assert summary.compute_mean() == pytest.approx(mean, rel=1e-9, abs=1e-9)
+    assert _check_statistic(got_mean, tensor=tensor) == pytest.approx(mean, rel=1e-9, abs=1e-9)
+    assert _check_statistic(got_std, tensor=tensor) == pytest.approx(std, rel=1e-6, abs=1e-4)
+    got = _check_statistic(summary.compute_mean(), tensor=tensor)
+    assert got == pytest.approx(mean, rel=1e-9, abs=1e-9)
 
 
 @settings(max_examples=30, deadline=None)
@@ -57,9 +68,34 @@ def test_unweighted_mean_of_mixed_values_matches_numpy(values: list[tuple[float,
     for value, kind in values:
         summary.add(_as(kind, value))
     xs = np.array([v for v, _ in values])
+    tensor = "tensor" in {kind for _, kind in values}
     mean, std = summary.make_statistics()
-    assert mean == pytest.approx(xs.mean(), rel=1e-9, abs=1e-9)
-    assert std == pytest.approx(xs.std(), rel=1e-6, abs=1e-4)
+    assert _check_statistic(mean, tensor=tensor) == pytest.approx(xs.mean(), rel=1e-9, abs=1e-9)
+    assert _check_statistic(std, tensor=tensor) == pytest.approx(xs.std(), rel=1e-6, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "mean_dtype"),
+    [
+        (torch.float16, torch.float16),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+        (torch.int64, torch.float32),  # the default dtype
+        (torch.bool, torch.float32),
+    ],
+)
+def test_the_mean_of_tensors_is_a_tensor_of_their_dtype(
+    dtype: torch.dtype, mean_dtype: torch.dtype
+) -> None:
+    summary = Summary()
+    summary.add(torch.tensor(1, dtype=dtype))
+    summary.add(torch.tensor(0, dtype=dtype))
+    mean, std = summary.make_statistics()
+    for value in (summary.compute_mean(), mean, std):
+        assert isinstance(value, torch.Tensor)
+        assert (value.dtype, value.shape, value.device) == (mean_dtype, (), torch.device("cpu"))
+    assert (float(mean), float(std)) == (0.5, 0.5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.int64])
@@ -67,9 +103,41 @@ def test_tensors_of_any_dtype_are_accumulated_in_double_precision(dtype: torch.d
     summary = Summary()
     for _ in range(1000):
         summary.add(torch.tensor(3, dtype=dtype))
-    summary.add(torch.tensor(1, dtype=dtype), weight=torch.tensor(1000.0))
-    assert summary.compute_mean() == 2.0
-    assert isinstance(summary.compute_mean(), float)
+    summary.add(torch.tensor(1, dtype=dtype), weight=torch.tensor(1000.0, dtype=dtype))
+    mean = summary.compute_mean()
+    assert isinstance(mean, torch.Tensor)
+    assert float(mean) == 2.0
+
+
+def test_the_mean_of_numbers_is_a_python_float() -> None:
+    summary = DictSummary()
+    summary.add({"int": 1, "float": 2.5, "numpy": np.float32(0.5), "pair": (1, 2)})
+    summary.add({"int": 2, "float": 3.5, "numpy": np.array(1.5), "pair": (3.0, np.int64(2))})
+    stats = summary.make_statistics()
+    assert stats == {
+        "int": 1.5,
+        "int.std": 0.5,
+        "float": 3.0,
+        "float.std": 0.5,
+        "numpy": 1.0,
+        "numpy.std": 0.5,
+        "pair": 2.0,
+        "pair.std": 1.0,
+    }
+    assert all(type(value) is float for value in stats.values())
+    assert all(type(value) is float for value in summary.compute_mean().values())
+
+
+def test_adding_a_tensor_to_numbers_makes_the_mean_a_tensor() -> None:
+    summary = Summary()
+    summary.add(1.0)
+    assert type(summary.compute_mean()) is float
+    summary.add(torch.tensor(3.0))
+    mean = summary.compute_mean()
+    assert isinstance(mean, torch.Tensor) and float(mean) == 2.0
+    weighted = Summary()
+    weighted.add(5.0, weight=torch.tensor(2.0))  # a tensor weight also makes a tensor
+    assert isinstance(weighted.compute_mean(), torch.Tensor)
 
 
 def test_tensor_modified_in_place_after_add_keeps_its_added_value() -> None:
@@ -78,7 +146,7 @@ def test_tensor_modified_in_place_after_add_keeps_its_added_value() -> None:
     summary.add(running)
     running += 100  # e.g. a parameter updated by the optimizer
     summary.add(running)
-    assert summary.compute_mean() == pytest.approx(51.0)
+    assert float(summary.compute_mean()) == pytest.approx(51.0)
 
 
 def test_callables_are_evaluated_when_the_summary_is_read() -> None:
@@ -102,7 +170,7 @@ def test_callable_returning_a_tensor_is_summarized() -> None:
     summary = Summary()
     summary.add(lambda: torch.tensor(5.0), weight=2)
     summary.add(1.0, weight=2)
-    assert summary.compute_mean() == 3.0
+    assert _check_statistic(summary.compute_mean(), tensor=True) == 3.0
 
 
 def test_callable_returning_a_non_scalar_is_reported_when_read() -> None:
@@ -147,7 +215,8 @@ def test_summary_state_dict_holds_python_floats_and_round_trips() -> None:
     assert all(type(v) is float for v in state.values())
     restored = Summary()
     restored.load_state_dict(state)
-    assert restored.make_statistics() == summary.make_statistics()
+    mean, std = summary.make_statistics()
+    assert restored.make_statistics() == pytest.approx((float(mean), float(std)))
     restored.add(12.0)
     assert restored.compute_mean() == 4.0
 
@@ -167,9 +236,9 @@ def test_adding_summaries_merges_them_without_changing_either() -> None:
     merged.add(torch.tensor(10.0))
     values = np.array([1.0, 2.0, 3.0, 5.0, 10.0])
     w = np.array([1.0, 1.0, 2.0, 0.5, 1.0])
-    assert merged.compute_mean() == pytest.approx(np.average(values, weights=w))
-    assert a.compute_mean() == 1.5
-    assert b.compute_mean() == pytest.approx(8.5 / 2.5)
+    assert float(merged.compute_mean()) == pytest.approx(np.average(values, weights=w))
+    assert float(a.compute_mean()) == 1.5
+    assert float(b.compute_mean()) == pytest.approx(8.5 / 2.5)
     with pytest.raises(TypeError):
         _ = a + 1  # type: ignore[operator]
 
@@ -190,25 +259,23 @@ def test_dict_summary_keeps_scalars_and_skips_other_values() -> None:
             "triple": (1, 2, 3),
         }
     )
-    assert summary.compute_mean() == {
-        "int": 1.0,
-        "tensor": 2.0,
-        "array": 3.0,
-        "numpy": 4.0,
-        "callable": 5.0,
-    }
+    means = summary.compute_mean()
+    assert means == {"int": 1.0, "tensor": 2.0, "array": 3.0, "numpy": 4.0, "callable": 5.0}
+    assert [key for key, value in means.items() if isinstance(value, torch.Tensor)] == ["tensor"]
 
 
 def test_dict_summary_weighted_pairs() -> None:
     summary = DictSummary()
     summary.add({"loss": torch.tensor(1.0), "acc": (0.5, 10)})
     summary.add({"loss": torch.tensor(3.0), "acc": (torch.tensor(1.0), torch.tensor(30))})
-    assert summary.compute_mean() == {"loss": 2.0, "acc": 0.875}
+    means = summary.compute_mean()
+    assert {key: float(value) for key, value in means.items()} == {"loss": 2.0, "acc": 0.875}
     stats = summary.make_statistics()
-    assert stats["loss"] == 2.0
-    assert stats["loss.std"] == 1.0
-    assert stats["acc.std"] == pytest.approx(math.sqrt(0.25 * 0.75 * 0.25))
     assert set(stats) == {"loss", "loss.std", "acc", "acc.std"}
+    assert all(isinstance(value, torch.Tensor) for value in stats.values())
+    assert float(stats["loss"]) == 2.0
+    assert float(stats["loss.std"]) == 1.0
+    assert float(stats["acc.std"]) == pytest.approx(math.sqrt(0.25 * 0.75 * 0.25))
 
 
 @pytest.mark.parametrize("weight", [torch.ones(2), np.ones(3), [1], "w"])
@@ -234,7 +301,8 @@ def test_dict_summary_state_dict_round_trips_with_python_floats() -> None:
     }
     restored = DictSummary()
     restored.load_state_dict(state)
-    assert restored.make_statistics() == summary.make_statistics()
+    expected = {key: float(value) for key, value in summary.make_statistics().items()}
+    assert restored.make_statistics() == pytest.approx(expected)
     with pytest.raises(KeyError, match="_n"):
         DictSummary().load_state_dict({"a": {"_x": 1.0, "_x2": 1.0}})
 
@@ -302,21 +370,25 @@ def _train_and_summarize(steps: int) -> tuple[DictSummary, list[torch.Tensor]]:
 
 def test_reporting_and_summarizing_tensors_never_reads_them_on_the_host() -> None:
     with _HostReadRecorder() as functions, _ScalarReadRecorder() as dispatched:
-        summary, _ = _train_and_summarize(130)  # crosses the batched-reduction threshold twice
+        summary, losses = _train_and_summarize(130)  # crosses the batched reduction twice
+        means = summary.compute_mean()
+        stats = summary.make_statistics()
+        merged = (summary + DictSummary()).compute_mean()
     assert functions.reads == []
     assert dispatched.reads == []
-    # The detector does see the conversion when the summary is read.
-    with _HostReadRecorder() as functions:
-        summary.compute_mean()
-    assert functions.reads == ["tolist"]
+    expected = torch.stack(losses).mean()
+    for value in (means["main/loss"], stats["main/loss"], merged["main/loss"]):
+        torch.testing.assert_close(value, expected)
 
 
-def test_summary_is_read_with_one_host_transfer_per_device() -> None:
+def test_state_dict_reads_the_host_with_one_transfer_per_device() -> None:
     summary, losses = _train_and_summarize(10)
-    with _ScalarReadRecorder() as dispatched:
-        stats = summary.make_statistics()
-    assert dispatched.reads == []  # one tolist() on a stacked tensor, no per-value .item()
-    assert stats["main/loss"] == pytest.approx(torch.stack(losses).mean().item(), rel=1e-6)
+    with _HostReadRecorder() as functions, _ScalarReadRecorder() as dispatched:
+        state = summary.state_dict()
+    assert functions.reads == ["tolist"]  # one tolist() of a stacked tensor for all the keys
+    assert dispatched.reads == []  # no per-value .item()
+    expected = torch.stack(losses).sum().item()
+    assert state["main/loss"]["_x"] == pytest.approx(expected, rel=1e-6)
 
 
 def test_adding_a_tensor_costs_one_copy_plus_amortized_reduction() -> None:
@@ -328,7 +400,7 @@ def test_adding_a_tensor_costs_one_copy_plus_amortized_reduction() -> None:
     clones = [op for op in dispatched.ops if "clone" in op]
     assert len(clones) == 128
     assert len(dispatched.ops) - len(clones) <= 2 * 8  # two batched reductions of 64 values
-    assert summary.compute_mean() == {"loss": 63.5}
+    assert float(summary.compute_mean()["loss"]) == 63.5
 
 
 @pytest.mark.gpu
@@ -348,8 +420,11 @@ def test_reporting_cuda_tensors_does_not_synchronize() -> None:
                 report({"loss": loss, "w": (loss, weights[step])}, model)
             summary.add(observation)
         merged = summary + DictSummary()
+        mean = merged.compute_mean()
+        stats = summary.make_statistics()
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    mean = merged.compute_mean()
-    assert mean["main/loss"] == pytest.approx(model(x).pow(2).mean().item(), rel=1e-5)
+    assert mean["main/loss"].device.type == "cuda"
+    assert stats["main/w.std"].device.type == "cuda"
+    assert mean["main/loss"].item() == pytest.approx(model(x).pow(2).mean().item(), rel=1e-5)
     assert set(summary.state_dict()) == {"main/loss", "main/w"}

@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+from pytorch_pfn_extras.profiler._chrome_tracer import ChromeTracer, load_chrome_trace_as_json
 from pytorch_pfn_extras.profiler._record import record, record_function, record_iterable
 from pytorch_pfn_extras.profiler._time_summary import TimeSummary, get_time_summary
 from pytorch_pfn_extras.profiler._trace_state import (
@@ -18,7 +19,7 @@ from pytorch_pfn_extras.profiler._trace_state import (
     get_tracer,
 )
 from pytorch_pfn_extras.profiler._traceable_dataset import TraceableDataset
-from pytorch_pfn_extras.profiler._tracer import ChromeTracer, Tracer, load_chrome_trace_as_json
+from pytorch_pfn_extras.profiler._tracer import Tracer
 
 __all__ = [
     "ChromeTracer",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import sys
@@ -11,9 +12,9 @@ from typing import Any, ParamSpec, TypeVar
 
 import torch
 
+from pytorch_pfn_extras.profiler._chrome_tracer import _ChromeEvent
 from pytorch_pfn_extras.profiler._time_summary import _ReportNotification, get_time_summary
 from pytorch_pfn_extras.profiler._trace_state import _current_tracer, _trace_enabled
-from pytorch_pfn_extras.profiler._tracer import Tracer
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -43,7 +44,6 @@ class _Record:
         "_rf",
         "_tag",
         "_trace",
-        "_tracer",
         "_use_cuda",
     )
 
@@ -58,8 +58,7 @@ class _Record:
         self._trace = trace
         self._rf: torch.profiler.record_function | None = None
         self._report: _ReportNotification | None = None
-        self._tracer: Tracer | None = None
-        self._event: Any = None
+        self._event: contextlib.AbstractContextManager[Any] | None = None
 
     def __enter__(self) -> _ReportNotification | None:
         if self._enable:
@@ -76,8 +75,8 @@ class _Record:
             )
             report.__enter__()
         if self._trace:
-            tracer = self._tracer = _current_tracer()
-            self._event = tracer.initialize_event(self._tag)
+            event = self._event = _current_tracer().add_event(self._tag)
+            event.__enter__()
         return self._report
 
     def __exit__(
@@ -86,16 +85,17 @@ class _Record:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._tracer is not None:
-            self._tracer.finalize_event(self._event)
+        if self._event is not None:
+            self._event.__exit__(exc_type, exc_value, traceback)
         if self._report is not None:
             self._report.__exit__(exc_type, exc_value, traceback)
         if self._rf is not None:
             self._rf.__exit__(exc_type, exc_value, traceback)
 
     def _discard(self) -> None:
-        """Leave the section without recording it in the TimeSummary or the tracer."""
-        self._tracer = None
+        """Leave the section without recording it in the TimeSummary or a ChromeTracer."""
+        if isinstance(self._event, _ChromeEvent):
+            self._event.discard()
         if self._report is not None:
             self._report.defer()
 
@@ -112,9 +112,10 @@ def record(
 
     With ``enable=True`` the section is annotated for ``torch.profiler`` (``record_function``)
     and its time is reported to this thread's TimeSummary (:func:`get_time_summary`) under
-    ``metric``. It is added to the tracer's timeline when ``trace=True`` or when tracing is
-    turned on by :func:`enable_global_trace` / :func:`enable_thread_trace`. With everything
-    off it costs about as much as ``contextlib.nullcontext()``.
+    ``metric``. With ``trace=True`` it is also added as an event to the global tracer
+    (:func:`get_tracer`), unless tracing is switched off globally
+    (:func:`enable_global_trace`) or in this thread (:func:`enable_thread_trace`). With
+    everything off it costs about as much as ``contextlib.nullcontext()``.
 
     Args:
         tag: Name of the section; ``None`` names it ``"<module>:<line>:<function>"`` of the
@@ -124,7 +125,7 @@ def record(
         enable: Annotate for torch.profiler and report to the TimeSummary.
         device: Device whose current CUDA stream is timed when ``use_cuda`` is True
             (``"cpu"``: the current CUDA device).
-        trace: Add the section to the tracer's timeline (:func:`get_tracer`).
+        trace: Add the section to the global tracer's timeline.
 
     Returns:
         A context manager whose value is the TimeSummary report (with ``defer()`` and
@@ -134,13 +135,12 @@ def record(
         >>> with record("forward", trace=True):
         ...     y = model(x)
     """
-    if not enable and not trace and not _trace_enabled():
+    traced = trace and _trace_enabled()
+    if not enable and not traced:
         return _DISABLED
     if tag is None:
         tag = _frame_tag(sys._getframe(1))
-    return _Record(
-        tag, tag if metric is None else metric, use_cuda, enable, device, trace or _trace_enabled()
-    )
+    return _Record(tag, tag if metric is None else metric, use_cuda, enable, device, traced)
 
 
 def record_function(
@@ -153,8 +153,7 @@ def record_function(
     """Decorator that wraps every call of the function in :func:`record`.
 
     Args:
-        tag: Name of the section; ``None`` names it ``"<module>:<line>:<function>"`` of the
-            decorated function's definition.
+        tag: Name of the section; ``None`` uses the function's ``__name__``.
         use_cuda: See :func:`record`.
         enable: See :func:`record`.
         device: See :func:`record`.
@@ -167,12 +166,7 @@ def record_function(
     """
 
     def decorator(func: Callable[_P, _R]) -> Callable[_P, _R]:
-        name = tag
-        if name is None:
-            code = getattr(func, "__code__", None)
-            line = code.co_firstlineno if code is not None else 0
-            qualname = getattr(func, "__qualname__", type(func).__name__)
-            name = f"{getattr(func, '__module__', '<unknown>')}:{line}:{qualname}"
+        name = tag if tag is not None else getattr(func, "__name__", type(func).__name__)
 
         @functools.wraps(func)
         def wrapped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -186,22 +180,22 @@ def record_function(
 
 def record_iterable(
     tag: str | None,
-    iterable: Iterable[_T],
+    iter: Iterable[_T],
     divide_metric: bool = False,
     use_cuda: bool = False,
     enable: bool = True,
     device: str | torch.device = "cpu",
     trace: bool = False,
 ) -> Iterator[_T]:
-    """Iterate over ``iterable``, recording each ``next()`` as ``"<tag>-<i>"``.
+    """Iterate over ``iter``, recording each ``next()`` as ``"<tag>-<i>"``.
 
     Useful to see how long a DataLoader takes to produce each batch. The final ``next()`` that
-    ends the iteration is not recorded.
+    ends the iteration is not recorded (a custom :class:`Tracer` receives its event).
 
     Args:
         tag: Prefix of the section names; ``None`` uses ``"<module>:<line>:<function>"`` of the
             caller.
-        iterable: What to iterate over.
+        iter: What to iterate over.
         divide_metric: Report each item under its own TimeSummary name ``"<tag>-<i>"``
             instead of aggregating all of them under ``tag``.
         use_cuda: See :func:`record`.
@@ -215,7 +209,8 @@ def record_iterable(
     """
     if tag is None:
         tag = _frame_tag(sys._getframe(1))
-    return _record_iterable(tag, iter(iterable), divide_metric, use_cuda, enable, device, trace)
+    iterator = builtins.iter(iter)
+    return _record_iterable(tag, iterator, divide_metric, use_cuda, enable, device, trace)
 
 
 def _record_iterable(

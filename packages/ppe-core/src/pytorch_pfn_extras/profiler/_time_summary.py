@@ -1,4 +1,8 @@
-"""Wall-clock (and CUDA) timings of tagged code sections, summarized as mean/std/min/max."""
+"""Wall-clock (and CUDA) timings of tagged code sections, summarized as mean/std/min/max.
+
+Reports made in child processes (forked, or given a pickled copy) go back to the process that
+created the TimeSummary through a :class:`~._spool.Spool`, read by ``synchronize()``.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,13 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 import torch
 
+from pytorch_pfn_extras.profiler._spool import Spool
 from pytorch_pfn_extras.reporting import DictSummary
 
 _CudaItem = tuple[str, "torch.cuda.Event", "torch.cuda.Event"]
@@ -31,13 +37,23 @@ class _SummaryResult(tuple[DictSummary, dict[str, float]]):
 class _ReportNotification:
     """Context manager of one :meth:`TimeSummary.report`; ``defer()`` postpones completion."""
 
-    __slots__ = ("_begin", "_begin_event", "_completed", "_deferred", "_device", "_summary", "_tag")
+    __slots__ = (
+        "_begin",
+        "_begin_event",
+        "_completed",
+        "_deferred",
+        "_device",
+        "_summary",
+        "_tag",
+        "_use_cuda",
+    )
 
     def __init__(
         self, summary: TimeSummary, tag: str, use_cuda: bool, device: torch.device | None
     ) -> None:
         self._summary = summary
         self._tag = tag
+        self._use_cuda = use_cuda
         self._device = device
         self._begin_event: torch.cuda.Event | None = None
         if use_cuda:
@@ -48,7 +64,7 @@ class _ReportNotification:
         self._completed = False
 
     def __enter__(self) -> _ReportNotification:
-        self._begin = time.perf_counter()
+        self._begin = self._summary.clock()
         return self
 
     def __exit__(
@@ -70,13 +86,16 @@ class _ReportNotification:
         Raises:
             RuntimeError: the report was already completed.
         """
-        elapsed = time.perf_counter() - self._begin
         if self._completed:
             message = f"the report of {self._tag!r} was already completed"
             raise RuntimeError(message)
         self._completed = True
-        end_event = None if self._begin_event is None else _recorded_event(self._device)
-        self._summary._complete(self._tag, elapsed, self._begin_event, end_event)
+        summary = self._summary
+        if self._device is None:
+            summary.complete_report(self._tag, self._use_cuda, self._begin_event, self._begin)
+            return
+        with torch.cuda.device(self._device):  # the end event goes to the begin event's device
+            summary.complete_report(self._tag, self._use_cuda, self._begin_event, self._begin)
 
 
 def _recorded_event(device: torch.device | None) -> torch.cuda.Event:
@@ -93,11 +112,20 @@ class TimeSummary:
     GPU time as ``"<tag>.cuda"`` once the events complete, so the training loop never waits for
     the device.
 
+    A TimeSummary may be given to child processes (``multiprocessing``, DataLoader workers),
+    forked or spawned: what they report is added to the summary of the process that created
+    it when that process calls :meth:`synchronize` (or :meth:`summary`). A forked child's
+    :func:`get_time_summary` is the parent's, so its :func:`record` sections come back too.
+
     Args:
         max_queue_size: At most this many CUDA timings wait for the worker thread; reporting
             blocks while the queue is full.
         auto_init: Start the worker thread on the first ``use_cuda=True`` report; otherwise
             :meth:`initialize` must be called first.
+
+    Attributes:
+        clock: The function that reads the time, in seconds (``time.perf_counter``); assign
+            another one to an instance to measure with another clock.
 
     Example:
         >>> ts = TimeSummary()
@@ -113,6 +141,11 @@ class TimeSummary:
             raise ValueError(message)
         self._max_queue_size = max_queue_size
         self._auto_init = auto_init
+        self._spool = Spool("ppe-time-summary")
+        self._setup_local_state()
+
+    def _setup_local_state(self) -> None:
+        self.clock: Callable[[], float] = time.perf_counter
         self._lock = threading.Lock()
         self._summary = DictSummary()
         self._min: dict[str, float] = {}
@@ -120,6 +153,20 @@ class TimeSummary:
         self._queue: queue.Queue[_CudaItem | None] | None = None
         self._worker: threading.Thread | None = None
         self._worker_error: BaseException | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy in another process reports to this one; it starts with nothing of its own.
+        return {
+            "max_queue_size": self._max_queue_size,
+            "auto_init": self._auto_init,
+            "spool": self._spool,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._max_queue_size = state["max_queue_size"]
+        self._auto_init = state["auto_init"]
+        self._spool = state["spool"]
+        self._setup_local_state()
 
     def initialize(self) -> None:
         """Start the worker thread that turns CUDA events into timings (idempotent)."""
@@ -138,26 +185,28 @@ class TimeSummary:
             weakref.finalize(self, _stop_worker, self._queue)
 
     def finalize(self) -> None:
-        """Process the pending CUDA timings and stop the worker thread."""
+        """Process the pending timings and stop the worker thread."""
         worker, q = self._worker, self._queue
-        if worker is None or q is None:
-            return
-        q.put(None)
-        worker.join()
-        self._worker = None
-        self._raise_worker_error()
+        if worker is not None and q is not None:
+            q.put(None)
+            worker.join()
+            self._worker = None
+        self.synchronize()
 
     def synchronize(self) -> None:
-        """Wait until every pending CUDA timing has been added to the summary.
+        """Wait until every pending CUDA timing has been added to the summary, and add what
+        child processes have reported so far.
 
         Raises:
             RuntimeError: the worker thread failed to read CUDA events.
         """
         if self._queue is not None and self._worker is not None:
             self._queue.join()
-        self._raise_worker_error()
-
-    def _raise_worker_error(self) -> None:
+        received = self._spool.collect()
+        if received:
+            with self._lock:
+                for name, value in received:
+                    self._add_locked(name, float(value))
         error, self._worker_error = self._worker_error, None
         if error is not None:
             message = f"TimeSummary could not read CUDA events: {error!r}"
@@ -177,6 +226,9 @@ class TimeSummary:
     def add(self, name: str, value: Any) -> None:
         """Add a value (e.g. a time measured elsewhere, in seconds) under ``name``."""
         value = float(value)
+        if not self._spool.is_owner():
+            self._spool.send((name, value))
+            return
         with self._lock:
             self._add_locked(name, value)
 
@@ -189,20 +241,34 @@ class TimeSummary:
         if high is None or value > high:
             self._max[name] = value
 
-    def _complete(
-        self,
-        tag: str,
-        elapsed: float,
-        begin_event: torch.cuda.Event | None,
-        end_event: torch.cuda.Event | None,
+    def complete_report(
+        self, tag: str, use_cuda: bool, begin_event: torch.cuda.Event | None, begin: float
     ) -> None:
-        with self._lock:
-            self._add_locked(tag, elapsed)
-        if begin_event is not None and end_event is not None:
-            if self._queue is None:
-                self._ensure_cuda_worker()
-            assert self._queue is not None
-            self._queue.put((tag + ".cuda", begin_event, end_event))
+        """Record a section that began at ``begin`` and ends now.
+
+        The context manager of :meth:`report` calls it when its block exits (or when a deferred
+        report is completed); a subclass may override it to see every report.
+
+        Args:
+            tag: Name of the section.
+            use_cuda: Also time the section on the current CUDA stream, from ``begin_event``
+                to now, as ``"<tag>.cuda"``.
+            begin_event: The CUDA event recorded when the section began (``None`` without
+                ``use_cuda``).
+            begin: The :attr:`clock` when the section began.
+
+        Raises:
+            ValueError: ``use_cuda`` is True and ``begin_event`` is None.
+        """
+        self.add(tag, self.clock() - begin)
+        if not use_cuda:
+            return
+        if begin_event is None:
+            message = f"complete_report({tag!r}, use_cuda=True) needs the begin_event"
+            raise ValueError(message)
+        self._ensure_cuda_worker()
+        assert self._queue is not None
+        self._queue.put((tag + ".cuda", begin_event, _recorded_event(None)))
 
     def report(self, tag: str, use_cuda: bool = False) -> _ReportNotification:
         """Context manager that records the execution time of its block under ``tag``.
@@ -228,8 +294,8 @@ class TimeSummary:
     def summary(self, clear: bool = False) -> _SummaryResult:
         """Return the timings: ``(DictSummary of seconds, {"<tag>.min"/"<tag>.max": seconds})``.
 
-        Waits for the pending CUDA timings first. The result can also be used as
-        ``with ts.summary(clear=True) as (summary, extrema):``.
+        Waits for the pending timings first (see :meth:`synchronize`). The result can also be
+        used as ``with ts.summary(clear=True) as (summary, extrema):``.
 
         Args:
             clear: Start over with an empty summary afterwards.

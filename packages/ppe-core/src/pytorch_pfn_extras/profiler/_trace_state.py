@@ -1,20 +1,21 @@
-"""The process-wide tracer, and the switches that turn tracing on for every ``record``."""
+"""The process-wide tracer, and the switches that let ``record(..., trace=True)`` trace."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from pytorch_pfn_extras.profiler._tracer import ChromeTracer, Tracer
+from pytorch_pfn_extras.profiler._chrome_tracer import ChromeTracer
+from pytorch_pfn_extras.profiler._tracer import Tracer
 
 _tracer: Tracer | None = None
 _tracer_lock = threading.Lock()
-_global_trace = False
+_global_trace = True
 
 
 class _Local(threading.local):
     def __init__(self) -> None:
-        self.trace: bool | None = None  # None: follow enable_global_trace
+        self.trace = True
 
 
 _local = _Local()
@@ -67,23 +68,32 @@ def clear_tracer() -> None:
 
 
 def enable_global_trace(enable: bool) -> None:
-    """Trace every :func:`record` section, in every thread, as if ``trace=True`` were given.
+    """Let (``True``, the default) or stop (``False``) tracing in every thread.
 
-    A thread's :func:`enable_thread_trace` setting takes precedence.
+    A section is traced when it asks for it (``record(..., trace=True)``) and both this switch
+    and the calling thread's (:func:`enable_thread_trace`) are on.
+
+    Example:
+        >>> enable_global_trace(False)  # a run without a timeline: no event is recorded
     """
     global _global_trace
     _global_trace = bool(enable)
 
 
-def enable_thread_trace(enable: bool | None) -> None:
-    """Trace (``True``) or not (``False``) every :func:`record` section of the calling thread.
+def enable_thread_trace(enable: bool) -> None:
+    """Let (``True``, the default) or stop (``False``) tracing in the calling thread.
 
-    This overrides :func:`enable_global_trace` in this thread; ``None`` follows it again. An
-    explicit ``record(..., trace=True)`` is always traced.
+    A section is traced when it asks for it (``record(..., trace=True)``) and both this switch
+    and the global one (:func:`enable_global_trace`) are on.
+
+    Example:
+        >>> def prefetch():
+        ...     enable_thread_trace(False)  # keep this thread off the timeline
+        ...     ...
     """
-    _local.trace = None if enable is None else bool(enable)
+    _local.trace = bool(enable)
 
 
 def _trace_enabled() -> bool:
-    thread = _local.trace
-    return _global_trace if thread is None else thread
+    """Whether both the global and the calling thread's switch let sections be traced."""
+    return _global_trace and _local.trace

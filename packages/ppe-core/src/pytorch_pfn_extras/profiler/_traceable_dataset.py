@@ -15,9 +15,11 @@ _T_co = TypeVar("_T_co", covariant=True)
 class TraceableDataset(torch.utils.data.Dataset[_T_co]):
     """Wrap a map-style dataset so that each ``__getitem__`` becomes a tracer event.
 
-    The events are named ``tag`` and carry the index in ``args``. The tracer travels with the
-    dataset to DataLoader worker processes (forked or spawned), and their events come back to
-    the main process's tracer.
+    The events are named ``tag``; a :class:`ChromeTracer`'s carry the index in ``args``. The
+    tracer travels with the dataset to DataLoader worker processes (forked or spawned), and
+    their events come back to the main process's tracer. The tracer's :meth:`~Tracer.enable`
+    switch applies, not :func:`enable_global_trace` / :func:`enable_thread_trace`, which are
+    :func:`record`'s.
 
     Args:
         dataset: The map-style dataset to wrap.
@@ -40,13 +42,10 @@ class TraceableDataset(torch.utils.data.Dataset[_T_co]):
         self._tracer = tracer if tracer is not None else get_tracer()
 
     def __getitem__(self, index: Any) -> _T_co:
-        tracer = self._tracer
-        event = tracer.initialize_event(
-            self._tag, index=index if type(index) is int else repr(index)
-        )
-        item = self._dataset[index]
-        tracer.finalize_event(event)
-        return item
+        with self._tracer.add_event(self._tag) as event:
+            if isinstance(event, dict):  # a Chrome event
+                event["args"] = {"index": index if type(index) is int else repr(index)}
+            return self._dataset[index]
 
     def __len__(self) -> int:
         return len(self._dataset)  # type: ignore[arg-type]

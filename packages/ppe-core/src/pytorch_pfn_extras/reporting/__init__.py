@@ -19,13 +19,14 @@ from pytorch_pfn_extras.reporting._reporter import (
     report,
     report_scope,
 )
-from pytorch_pfn_extras.reporting._summary import DictSummary, Summary
+from pytorch_pfn_extras.reporting._summary import DictSummary, Statistic, Summary
 
 __all__ = [
     "DictSummary",
     "Observation",
     "Reporter",
     "Scalar",
+    "Statistic",
     "Summary",
     "Value",
     "get_current_reporter",

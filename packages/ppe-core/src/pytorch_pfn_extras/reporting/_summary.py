@@ -1,19 +1,23 @@
-"""Online mean/std statistics that keep tensors on their device until a reader needs them.
+"""Online mean/std statistics that keep tensors on their device.
 
 ``Summary.add`` is on the training hot path (every iteration, every reported key), so values are
 dispatched on their exact type through a dict, and a tensor costs one ``clone`` plus a list append:
-pending tensors are folded into on-device accumulators in batches, and converted to Python only
-by ``compute_mean``/``make_statistics``/``state_dict`` (one host transfer per device).
+pending tensors are folded into on-device accumulators in batches. The statistics of tensors are
+tensors, computed on the device; only ``state_dict`` converts them to Python (one host transfer
+per device).
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 import torch
+
+Statistic: TypeAlias = float | torch.Tensor
+"""A mean or standard deviation: a Python float, or a 0-d tensor when tensors were added."""
 
 # Pending tensors are folded into the accumulators once this many have been added.
 _FOLD_EVERY = 64
@@ -62,17 +66,38 @@ def _kind_of(value: object) -> int:
     return kind
 
 
-def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
-    """Convert 0-d accumulators to Python floats with one host transfer per device."""
-    by_device: dict[torch.device, list[int]] = {}
-    for i, t in enumerate(tensors):
-        by_device.setdefault(t.device, []).append(i)
-    out = [0.0] * len(tensors)
-    for indices in by_device.values():
-        values = torch.stack([tensors[i] for i in indices]).tolist()
-        for i, v in zip(indices, values):
-            out[i] = float(v)
-    return out
+class _Totals(NamedTuple):
+    """Weighted sums of a summary: of the values, of their squares, and of the weights."""
+
+    x: float
+    x2: float
+    n: float
+
+
+class _DeviceTotals(NamedTuple):
+    """:class:`_Totals` of a summary that received tensors: 0-d accumulator tensors (float64;
+    float32 on MPS), with ``n`` a float when every weight was a number."""
+
+    x: torch.Tensor
+    x2: torch.Tensor
+    n: torch.Tensor | float
+
+
+def _to_host(totals: list[_Totals | _DeviceTotals]) -> list[_Totals]:
+    """Convert the sums to Python floats with one host transfer per device."""
+    tensors: dict[torch.device, list[torch.Tensor]] = {}
+    for total in totals:
+        for value in total:
+            if isinstance(value, torch.Tensor):
+                tensors.setdefault(value.device, []).append(value)
+    floats: dict[int, float] = {}
+    for group in tensors.values():
+        for tensor, value in zip(group, torch.stack(group).tolist()):
+            floats[id(tensor)] = float(value)
+    return [
+        _Totals(*(floats[id(v)] if isinstance(v, torch.Tensor) else float(v) for v in total))
+        for total in totals
+    ]
 
 
 class Summary:
@@ -80,20 +105,23 @@ class Summary:
 
     Values may be Python numbers, NumPy scalars or 0-d arrays, 0-d tensors on any device, or
     zero-argument callables (evaluated when the summary is read). Tensors are accumulated on
-    their device: no ``.item()`` and no device synchronization happens until
-    :meth:`compute_mean`, :meth:`make_statistics` or :meth:`state_dict` is called.
+    their device, and the statistics of a summary that received tensors are 0-d tensors on
+    that device, computed there: nothing is copied to the host and the device is never
+    synchronized, except by :meth:`state_dict`. The statistics of Python and NumPy numbers are
+    Python floats.
 
     Example:
         >>> s = Summary()
         >>> s.add(1.0)
-        >>> s.add(torch.tensor(3.0))
-        >>> s.compute_mean()
-        2.0
+        >>> s.add(3.0)
         >>> s.make_statistics()
         (2.0, 1.0)
+        >>> s.add(torch.tensor(5.0))
+        >>> s.compute_mean()
+        tensor(3.)
     """
 
-    __slots__ = ("_buf", "_deferred", "_n", "_tn", "_tx", "_tx2", "_x", "_x2")
+    __slots__ = ("_buf", "_deferred", "_dtype", "_n", "_tn", "_tx", "_tx2", "_x", "_x2")
 
     def __init__(self) -> None:
         self._reset()
@@ -107,6 +135,7 @@ class Summary:
         self._tn: torch.Tensor | None = None  # device sum of tensor weights
         self._buf: list[torch.Tensor] = []  # unweighted tensors not folded yet
         self._deferred: list[tuple[Callable[[], Any], Any]] = []
+        self._dtype: torch.dtype | None = None  # of the tensors added (folded), promoted
 
     def add(self, value: Any, weight: Any = 1) -> None:
         """Add a value.
@@ -168,8 +197,11 @@ class Summary:
 
     def _add_weighted(self, value: float | torch.Tensor, weight: Any) -> None:
         """Add ``value * weight`` for a tensor value or a non-``int``/``float`` weight."""
+        if isinstance(value, torch.Tensor):
+            self._note_dtype(value.dtype)
         if isinstance(weight, torch.Tensor):
             w = weight.detach()
+            self._note_dtype(w.dtype)
             device = value.device if isinstance(value, torch.Tensor) else w.device
             tx, tx2 = self._accumulators(device)
             wv = w * value
@@ -191,6 +223,10 @@ class Summary:
             self._x += value * wf
             self._x2 += value * value * wf
         self._n += wf
+
+    def _note_dtype(self, dtype: torch.dtype) -> None:
+        known = self._dtype
+        self._dtype = dtype if known is None else torch.promote_types(known, dtype)
 
     def _accumulators(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if self._tx is None or self._tx2 is None:
@@ -214,6 +250,7 @@ class Summary:
         self._fold_stacked(stacked)
 
     def _fold_stacked(self, stacked: torch.Tensor) -> None:
+        self._note_dtype(stacked.dtype)
         tx, tx2 = self._accumulators(stacked.device)
         stacked = stacked.to(device=tx.device, dtype=tx.dtype)
         tx.add_(stacked.sum())
@@ -232,59 +269,79 @@ class Summary:
                     raise ValueError(message)
         self._fold()
 
-    def _device_tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self._tx, self._tx2, self._tn) if t is not None]
-
-    def _totals_from(self, device_values: list[float]) -> tuple[float, float, float]:
-        x, x2, n = self._x, self._x2, self._n
-        values = iter(device_values)
-        if self._tx is not None:
-            x += next(values)
-            x2 += next(values)
-        if self._tn is not None:
-            n += next(values)
-        return x, x2, n
-
-    def _totals(self) -> tuple[float, float, float]:
+    def _totals(self) -> _Totals | _DeviceTotals:
+        """Evaluate what is pending and return the sums: tensors if tensors were added."""
         self._materialize()
-        return self._totals_from(_to_floats(self._device_tensors()))
+        tx, tx2, tn = self._tx, self._tx2, self._tn
+        if tx is None or tx2 is None:  # tensor weights create the accumulators too
+            return _Totals(self._x, self._x2, self._n)
+        n = self._n if tn is None else tn + self._n
+        return _DeviceTotals(tx + self._x, tx2 + self._x2, n)
 
-    def compute_mean(self) -> float:
-        """Return the weighted mean of the added values as a Python float.
+    def _result_dtype(self) -> torch.dtype:
+        dtype = self._dtype
+        if dtype is None or not dtype.is_floating_point:
+            return torch.get_default_dtype()
+        return dtype
+
+    def compute_mean(self) -> Statistic:
+        """Return the weighted mean of the added values.
+
+        Returns:
+            A 0-d tensor, on the device of the tensors added and of their (promoted) floating
+            dtype, if any tensor was added; otherwise a Python float.
 
         Raises:
-            ValueError: the total weight is zero (nothing was added).
+            ValueError: nothing was added, or only numbers whose weights sum to 0.
         """
-        x, _, n = self._totals()
-        return _mean(x, n)
+        totals = self._totals()
+        if isinstance(totals, _DeviceTotals):
+            return (totals.x / totals.n).to(self._result_dtype())
+        return _mean(totals.x, totals.n)
 
-    def make_statistics(self) -> tuple[float, float]:
-        """Return ``(mean, std)`` of the added values as Python floats.
+    def make_statistics(self) -> tuple[Statistic, Statistic]:
+        """Return ``(mean, std)`` of the added values (population standard deviation).
+
+        Returns:
+            Two 0-d tensors if any tensor was added (see :meth:`compute_mean`); otherwise two
+            Python floats.
 
         Raises:
-            ValueError: the total weight is zero (nothing was added).
+            ValueError: nothing was added, or only numbers whose weights sum to 0.
         """
-        return _statistics(*self._totals())
+        totals = self._totals()
+        if isinstance(totals, _DeviceTotals):
+            x, x2, n = totals
+            mean = x / n
+            std = (x2 / n - mean * mean).clamp_min(0).sqrt()
+            dtype = self._result_dtype()
+            return mean.to(dtype), std.to(dtype)
+        return _statistics(*totals)
 
     def state_dict(self) -> dict[str, float]:
-        """Return the accumulated sums as Python floats (loadable on any device)."""
-        x, x2, n = self._totals()
-        return {"_x": x, "_x2": x2, "_n": n}
+        """Return the accumulated sums as Python floats (loadable on any device).
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Replace the accumulated sums by those of ``state`` (from :meth:`state_dict`).
+        This reads tensors on the host: it waits for their device.
+        """
+        (totals,) = _to_host([self._totals()])
+        return {"_x": totals.x, "_x2": totals.x2, "_n": totals.n}
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Replace the accumulated sums by those of ``to_load`` (from :meth:`state_dict`).
+
+        The sums are loaded as Python floats: the statistics are floats until a tensor is added.
 
         Raises:
-            KeyError: ``state`` lacks one of ``_x``, ``_x2``, ``_n``.
+            KeyError: ``to_load`` lacks one of ``_x``, ``_x2``, ``_n``.
         """
-        missing = [k for k in ("_x", "_x2", "_n") if k not in state]
+        missing = [k for k in ("_x", "_x2", "_n") if k not in to_load]
         if missing:
             message = f"Summary state lacks {missing}; expected the keys '_x', '_x2' and '_n'"
             raise KeyError(message)
         self._reset()
-        self._x = float(state["_x"])
-        self._x2 = float(state["_x2"])
-        self._n = float(state["_n"])
+        self._x = float(to_load["_x"])
+        self._x2 = float(to_load["_x2"])
+        self._n = float(to_load["_n"])
 
     def __add__(self, other: object) -> Summary:
         if not isinstance(other, Summary):
@@ -298,6 +355,10 @@ class Summary:
         out._tn = _sum_tensors(self._tn, other._tn)
         out._buf = self._buf + other._buf  # pending tensors are never modified: share them
         out._deferred = self._deferred + other._deferred
+        if self._dtype is not None:
+            out._note_dtype(self._dtype)
+        if other._dtype is not None:
+            out._note_dtype(other._dtype)
         return out
 
     def __repr__(self) -> str:
@@ -312,12 +373,15 @@ class DictSummary:
     ``(value, weight)`` tuples; other values (strings, images...) are skipped, because an
     observation may hold entries that are not meant to be averaged.
 
+    The statistics of a key that received tensors are 0-d tensors on their device (no device
+    synchronization); those of numbers are Python floats.
+
     Example:
         >>> s = DictSummary()
         >>> s.add({"loss": torch.tensor(1.0), "acc": (0.5, 10)})
         >>> s.add({"loss": torch.tensor(3.0), "acc": (1.0, 30)})
         >>> s.compute_mean()
-        {'loss': 2.0, 'acc': 0.875}
+        {'loss': tensor(2.), 'acc': 0.875}
     """
 
     __slots__ = ("_summaries",)
@@ -383,46 +447,38 @@ class DictSummary:
         summary._x2 += value * value
         summary._n += 1
 
-    def _all_totals(self) -> dict[str, tuple[float, float, float]]:
-        summaries = self._summaries
-        tensors: list[torch.Tensor] = []
-        for summary in summaries.values():
-            summary._materialize()
-            tensors.extend(summary._device_tensors())
-        values = _to_floats(tensors)
-        totals = {}
-        pos = 0
-        for key, summary in summaries.items():
-            count = len(summary._device_tensors())
-            totals[key] = summary._totals_from(values[pos : pos + count])
-            pos += count
-        return totals
+    def compute_mean(self) -> dict[str, Statistic]:
+        """Return the weighted mean of each key: a 0-d tensor for a key that received
+        tensors, a Python float otherwise (see :meth:`Summary.compute_mean`)."""
+        return {key: summary.compute_mean() for key, summary in self._summaries.items()}
 
-    def compute_mean(self) -> dict[str, float]:
-        """Return the weighted mean of each key as Python floats."""
-        return {key: _mean(x, n) for key, (x, _, n) in self._all_totals().items()}
+    def make_statistics(self) -> dict[str, Statistic]:
+        """Return the mean of each key, and its standard deviation under ``"<key>.std"``.
 
-    def make_statistics(self) -> dict[str, float]:
-        """Return the mean of each key, and its standard deviation under ``"<key>.std"``."""
-        stats: dict[str, float] = {}
-        for key, totals in self._all_totals().items():
-            stats[key], stats[key + ".std"] = _statistics(*totals)
+        Like :meth:`compute_mean`, tensors for the keys that received tensors.
+        """
+        stats: dict[str, Statistic] = {}
+        for key, summary in self._summaries.items():
+            stats[key], stats[key + ".std"] = summary.make_statistics()
         return stats
 
     def state_dict(self) -> dict[str, dict[str, float]]:
-        """Return ``{key: Summary state}`` with Python floats (loadable on any device)."""
-        return {
-            key: {"_x": x, "_x2": x2, "_n": n} for key, (x, x2, n) in self._all_totals().items()
-        }
+        """Return ``{key: Summary state}`` with Python floats (loadable on any device).
 
-    def load_state_dict(self, state: Mapping[str, Mapping[str, Any]]) -> None:
-        """Replace the content by that of ``state`` (from :meth:`state_dict`).
+        This reads tensors on the host, with one transfer per device for all the keys.
+        """
+        summaries = self._summaries
+        totals = _to_host([summary._totals() for summary in summaries.values()])
+        return {key: {"_x": x, "_x2": x2, "_n": n} for key, (x, x2, n) in zip(summaries, totals)}
+
+    def load_state_dict(self, to_load: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replace the content by that of ``to_load`` (from :meth:`state_dict`).
 
         Raises:
             KeyError: a per-key state lacks one of ``_x``, ``_x2``, ``_n``.
         """
         summaries: dict[str, Summary] = {}
-        for key, sub in state.items():
+        for key, sub in to_load.items():
             summary = Summary()
             summary.load_state_dict(sub)
             summaries[key] = summary

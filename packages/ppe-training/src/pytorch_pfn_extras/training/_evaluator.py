@@ -119,7 +119,9 @@ class Evaluator:
                 reporting.report(values)
         self.handler.eval_post_step(self, batch_idx, batch, outputs)
 
-    def run(self, loader: Iterable[Any], *, eval_len: int | None = None) -> dict[str, float]:
+    def run(
+        self, loader: Iterable[Any], *, eval_len: int | None = None
+    ) -> dict[str, reporting.Statistic]:
         """Evaluate the models on ``loader`` and report the mean of every reported value.
 
         Args:
@@ -128,7 +130,8 @@ class Evaluator:
                 whole loader when it has no length.
 
         Returns:
-            The reported means (what was reported to the current reporter).
+            The reported means (what was reported to the current reporter): a 0-d tensor
+            for values reported as tensors (no device synchronization), a float otherwise.
 
         Raises:
             RuntimeError: The handler did not complete a step.

@@ -91,7 +91,7 @@ class ProfileReport(LogReport):
         if not self._log_trigger(manager):
             return
         summary, extrema = get_time_summary().summary(clear=True)
-        stats: dict[str, float] = {**summary.compute_mean(), **extrema}
+        stats: dict[str, Any] = {**summary.compute_mean(), **extrema}  # floats: timings
         report_keys = self._report_keys
         reported = {k: v for k, v in stats.items() if report_keys is None or k in report_keys}
         if reported:
