@@ -402,7 +402,7 @@ def test_state_dict_round_trip_and_extend(tmp_path: Any) -> None:
     trainer.run(loader(make_data(8)))
     assert seen == [1, 2]
     state = trainer.state_dict()
-    assert state["iteration"] == 2 and "trainer" in state
+    assert state["_start_iteration"] == 2 and "trainer" in state
 
     other_model = Classifier()
     other = make_trainer(other_model, tmp_path / "other", max_epochs=1)

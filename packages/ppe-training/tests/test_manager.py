@@ -97,7 +97,7 @@ def test_single_model_and_optimizer_are_named_main(tmp_path: Any) -> None:
     [
         ("model", {}, "models must be a Module or a mapping.*got str"),
         ({"a": 3}, {}, r"models\['a'\] must be a Module, got int"),
-        ({}, [1], "optimizers must be a Optimizer or a mapping.*got list"),
+        ({}, [1], "optimizers must be an optimizer .* or a mapping.*got list"),
     ],
 )
 def test_bad_models_or_optimizers_raise_type_error(
@@ -435,7 +435,7 @@ def test_load_state_dict_with_other_models_raises_naming_them(tmp_path: Any) -> 
     ):
         other.load_state_dict(state)
     with pytest.raises(
-        ValueError, match=r"not a manager state_dict: it lacks \['iteration', 'models'"
+        ValueError, match=r"not a manager state_dict: it lacks \['_start_iteration', 'models'"
     ):
         other.load_state_dict(model.state_dict())
 

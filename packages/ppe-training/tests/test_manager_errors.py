@@ -152,7 +152,7 @@ def test_error_flushes_asynchronous_writer_and_snapshot_on_error_is_loadable(tmp
         model.weight.data.fill_(7.0)
         _ = 1 / 0
     state = torch.load(tmp_path / "crash_3", weights_only=True)
-    assert state["iteration"] == 3
+    assert state["_start_iteration"] == 3
     torch.testing.assert_close(state["models"]["main"]["weight"], torch.full((2, 2), 7.0))
     assert (tmp_path / "log").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -98,7 +98,7 @@ def test_sigkilled_run_resumes_exactly_and_a_finished_run_does_nothing(tmp_path:
     assert _finish(straight) == (0, TOTAL_ITERATIONS)
 
     expected = _final_state(straight_dir)
-    assert expected["iteration"] == TOTAL_ITERATIONS
+    assert expected["_start_iteration"] == TOTAL_ITERATIONS
     assert expected["stop_trigger"]["state"]["count"] == 2
     _assert_same_state(_final_state(resumed_dir), expected)
     assert _without_times(json.loads((resumed_dir / "log").read_text())) == _without_times(

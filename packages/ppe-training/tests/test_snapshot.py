@@ -62,8 +62,17 @@ def test_snapshot_writes_the_manager_state_once_per_epoch(tmp_path: Any) -> None
     _train(manager, model)
     assert _names(tmp_path) == ["log"] + [f"snapshot_iter_{i}" for i in (10, 2, 4, 6, 8)]
     state = torch.load(tmp_path / "snapshot_iter_6", weights_only=True)
-    assert state["iteration"] == 6
-    assert set(state) >= {"models", "optimizers", "extensions", "stop_trigger", "iteration"}
+    assert state["_start_iteration"] == 6
+    assert set(state) >= {
+        "_start_iteration",
+        "_start_execution",
+        "models",
+        "optimizers",
+        "extensions",
+        "state_objects",
+        "ppe_version",
+        "stop_trigger",
+    }
     assert len(state["extensions"]["LogReport"]["extension"]["log"]) == 3
 
 
@@ -85,7 +94,7 @@ def test_snapshot_with_savefun_and_subdirectory(tmp_path: Any) -> None:
     saved: list[int] = []
 
     def savefun(target: Any, fileobj: Any, **kwargs: Any) -> None:
-        saved.append(target["iteration"])
+        saved.append(target["_start_iteration"])
         torch.save(target, fileobj)
 
     snap = ext_module.snapshot(savefun, "snaps/snap_{.epoch}", n_retains=2, autoload=True)
@@ -112,7 +121,7 @@ def test_autoload_picks_highest_iteration_not_name_order_nor_mtime(tmp_path: Any
     )
     assert _train(resumed, resumed_model, 1) == 1
     assert resumed.iteration == 11
-    assert resumed.get_extension("snapshot").resumed_from == str(tmp_path / "snapshot_iter_10")
+    assert resumed.get_extension("_Snapshot").resumed_from == str(tmp_path / "snapshot_iter_10")
 
 
 def test_autoload_skips_truncated_snapshot_and_loads_the_previous(tmp_path: Any) -> None:
@@ -165,7 +174,7 @@ def test_n_retains_with_async_writer_deletes_only_after_the_new_file_is_complete
     release = threading.Event()
 
     def slow_save(target: Any, fileobj: Any, **kwargs: Any) -> None:
-        if target["iteration"] == 4:
+        if target["_start_iteration"] == 4:
             assert release.wait(30)
         torch.save(target, fileobj)
 
@@ -194,7 +203,7 @@ def test_resuming_a_finished_run_does_no_iteration(tmp_path: Any) -> None:
 def test_autoload_without_snapshot_starts_from_scratch(tmp_path: Any) -> None:
     manager, model = _build(tmp_path / "fresh", ext_module.snapshot(autoload=True))
     assert _train(manager, model, 3) == 3
-    assert manager.get_extension("snapshot").resumed_from is None
+    assert manager.get_extension("_Snapshot").resumed_from is None
 
 
 def test_autoload_warns_about_extensions_added_or_removed_since_the_snapshot(tmp_path: Any) -> None:
@@ -260,7 +269,7 @@ def test_snapshot_object_saves_and_autoloads_a_model(tmp_path: Any) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"savefun": torch.save, "writer": SimpleWriter()}, ValueError, "either savefun or writer"),
+        ({"savefun": torch.save, "writer": SimpleWriter()}, TypeError, "either savefun or writer"),
         ({"n_retains": 0}, ValueError, "n_retains must be a positive integer, or -1.*got 0"),
         ({"autoload": True, "filename": lambda m: "x"}, ValueError, "need a str filename"),
         ({"n_retains": 2, "filename": "{.epoch}/snap"}, ValueError, "directory part"),

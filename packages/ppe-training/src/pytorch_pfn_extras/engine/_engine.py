@@ -12,7 +12,12 @@ from pytorch_pfn_extras.handler._logic import check_grad_scaler
 from pytorch_pfn_extras.runtime import runtime_registry
 from pytorch_pfn_extras.training._evaluator import Evaluator, MetricFn
 from pytorch_pfn_extras.training._extension import ExtensionEntry, ExtensionLike
-from pytorch_pfn_extras.training._manager_util import ModelsLike, OptimizersLike, as_dict
+from pytorch_pfn_extras.training._manager_util import (
+    ModelsLike,
+    OptimizersLike,
+    as_dict,
+    as_optimizers,
+)
 from pytorch_pfn_extras.training._trainer import EvaluatorsLike, Trainer
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.writing import Writer
@@ -206,7 +211,7 @@ def create_trainer(
         >>> trainer.run(train_loader, val_loader)
     """
     model_dict = as_dict(models, "models", torch.nn.Module)
-    optimizer_dict = as_dict(optimizers, "optimizers", torch.optim.Optimizer)
+    optimizer_dict = as_optimizers(optimizers)
     handler = _engine_parts(
         model_dict, optimizer_dict, device, logic, handler_class, options, runtime_options
     )

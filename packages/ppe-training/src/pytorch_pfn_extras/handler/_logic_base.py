@@ -8,6 +8,11 @@ from typing import Any
 
 import torch
 
+from pytorch_pfn_extras.training._manager_util import check_optimizer
+
+# Optimizer types found to have zero_grad() and step() (checked once per type).
+_STEPPABLE: set[type] = {torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW}
+
 Models = Mapping[str, torch.nn.Module]
 Optimizers = Mapping[str, torch.optim.Optimizer]
 
@@ -168,7 +173,11 @@ class ModelLogic(BaseLogic):
         return model
 
     def _optimizer(self, optimizers: Optimizers) -> torch.optim.Optimizer:
+        """The optimizer of the model, to be stepped: it needs ``zero_grad()`` and ``step()``."""
         optimizer: torch.optim.Optimizer = _named(optimizers, self.model_name, "optimizer", self)
+        if type(optimizer) not in _STEPPABLE:
+            check_optimizer(optimizer, f"optimizer {self.model_name!r}", ("zero_grad", "step"))
+            _STEPPABLE.add(type(optimizer))
         return optimizer
 
     def train_epoch_begin(self, models: Models, epoch: int, loader: Any) -> None:

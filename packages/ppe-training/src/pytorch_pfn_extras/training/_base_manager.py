@@ -18,10 +18,12 @@ from pytorch_pfn_extras.training._manager_util import (
     OptimizersLike,
     TransformModel,
     as_dict,
+    as_optimizers,
     check_state_objects,
     warn_unmatched,
 )
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
+from pytorch_pfn_extras.training._version import __version__
 from pytorch_pfn_extras.writing import SimpleWriter, Writer
 
 __all__ = ["ModelsLike", "OptimizersLike", "TransformModel", "_BaseExtensionsManager"]
@@ -55,9 +57,7 @@ class _BaseExtensionsManager:
         state_objects: Mapping[str, Any] | None = None,
     ) -> None:
         self._raw_models: dict[str, torch.nn.Module] = as_dict(models, "models", torch.nn.Module)
-        self._optimizers: dict[str, torch.optim.Optimizer] = as_dict(
-            optimizers, "optimizers", torch.optim.Optimizer
-        )
+        self._optimizers: dict[str, torch.optim.Optimizer] = as_optimizers(optimizers)
         self._models = {name: transform_model(name, m) for name, m in self._raw_models.items()}
         self._state_objects = check_state_objects(state_objects)
         if stop_trigger is None:
@@ -92,6 +92,7 @@ class _BaseExtensionsManager:
         self._finalized = False
         self._failed = False
         self._in_iteration = False
+        self._in_extensions = False  # run_extensions() is running (models access is checked)
         self._start_time: float | None = None
         self._elapsed_before = 0.0
         self._stop_iteration = -1
@@ -113,7 +114,22 @@ class _BaseExtensionsManager:
 
     @property
     def models(self) -> dict[str, torch.nn.Module]:
-        """The models by name, after ``transform_model`` (what snapshots save)."""
+        """The models by name, after ``transform_model`` (what snapshots save).
+
+        Raises:
+            RuntimeError: Read by an extension in an iteration where no running extension
+                declares ``needs_model_state = True``: the manager tells runtimes which
+                iterations need the model state through that flag, so in other iterations
+                the models may not hold it (as in PPE).
+        """
+        if self._in_extensions and not self.needs_model_state(self.iteration):
+            message = (
+                f"manager.models was read by an extension at iteration {self.iteration}, where "
+                "no extension declares needs_model_state = True, so the model state is not "
+                "held; set `needs_model_state = True` on the extension that reads the models "
+                "(a class attribute, or make_extension(needs_model_state=True))"
+            )
+            raise RuntimeError(message)
         return self._models
 
     @property
@@ -148,8 +164,19 @@ class _BaseExtensionsManager:
 
     @property
     def observation(self) -> dict[str, Any]:
-        """Values reported during the current iteration (the last one, between iterations)."""
+        """Values reported during the current iteration (the last one, between iterations).
+
+        It can be assigned (a dict), e.g. by an extension that replaces what the following
+        extensions of the iteration read.
+        """
         return self._observation
+
+    @observation.setter
+    def observation(self, value: dict[str, Any]) -> None:
+        if not isinstance(value, dict):
+            message = f"manager.observation must be a dict, got {type(value).__name__}"
+            raise TypeError(message)
+        self._observation = value
 
     @property
     def iters_per_epoch(self) -> int:
@@ -216,7 +243,7 @@ class _BaseExtensionsManager:
 
     def extend(
         self,
-        extension: ExtensionLike,
+        extension: ExtensionLike | ExtensionEntry,
         name: str | None = None,
         trigger: TriggerLike = None,
         priority: int | None = None,
@@ -227,8 +254,10 @@ class _BaseExtensionsManager:
 
         Args:
             extension: An :class:`~pytorch_pfn_extras.training.Extension`, a function
-                decorated with :func:`~pytorch_pfn_extras.training.make_extension`, or any
-                callable taking the manager.
+                decorated with :func:`~pytorch_pfn_extras.training.make_extension`, any
+                callable taking the manager, or an
+                :class:`~pytorch_pfn_extras.training.ExtensionEntry` (the other arguments,
+                when given, replace its options).
             name: Its name; ``extension.name``, ``default_name`` or ``__name__`` by default.
                 A name already taken gets a suffix: ``"<name>_1"``, ``"<name>_2"``...
             trigger: When to run it; ``extension.trigger`` (else every iteration) by default.
@@ -248,13 +277,24 @@ class _BaseExtensionsManager:
                 "iteration, or manager.stop_trigger, starts them); register extensions before"
             )
             raise RuntimeError(message)
-        entry = ExtensionEntry(
-            extension,
-            name=name,
-            priority=priority,
-            trigger=trigger,
-            call_before_training=call_before_training,
-        )
+        if isinstance(extension, ExtensionEntry):  # PPE accepts a ready entry
+            entry = extension
+            extension = entry.extension
+            if name is not None:
+                entry.name = name
+            if priority is not None:
+                entry.priority = priority
+            if trigger is not None:
+                entry.trigger = get_trigger(trigger)
+            entry.call_before_training = entry.call_before_training or call_before_training
+        else:
+            entry = ExtensionEntry(
+                extension,
+                name=name,
+                priority=priority,
+                trigger=trigger,
+                call_before_training=call_before_training,
+            )
         if entry.name in _RESERVED_NAMES:
             message = f"the extension name {entry.name!r} is reserved; pass another name="
             raise ValueError(message)
@@ -348,8 +388,10 @@ class _BaseExtensionsManager:
         :data:`~pytorch_pfn_extras.training.extension.PRIORITY_SNAPSHOT` and the others,
         so a snapshot records its state.
         """
+        self._in_extensions = True
         if self._enable_profile or self._enable_trace:
             self._run_extensions_profiled()
+            self._in_extensions = False
             return
         for trigger, extension, _ in self._runners_before_stop:
             if trigger(self):
@@ -359,6 +401,7 @@ class _BaseExtensionsManager:
         for trigger, extension, _ in self._runners_after_stop:
             if trigger(self):
                 extension(self)
+        self._in_extensions = False
 
     def _run_extensions_profiled(self) -> None:
         from pytorch_pfn_extras.profiler import record
@@ -426,6 +469,7 @@ class _BaseExtensionsManager:
 
     def _fail_iteration(self, exc: BaseException, tb: types.TracebackType | None) -> None:
         """Handle an exception raised by an iteration: on_error once each, then finalize."""
+        self._in_extensions = False
         try:
             self._close_scope()
         except Exception:  # the original error matters more
@@ -507,46 +551,61 @@ class _BaseExtensionsManager:
     def state_dict(self) -> dict[str, Any]:
         """Return the whole training state, loadable with ``torch.load(weights_only=True)``.
 
-        Keys: ``iteration``, ``elapsed_time``, ``models``, ``optimizers``, ``extensions``
-        (each extension's and trigger's state), ``stop_trigger`` (its state and its last
-        result) and ``state_objects``.
+        PPE 0.9's keys: ``_start_iteration`` and ``_start_execution`` (the iteration),
+        ``models``, ``optimizers``, ``extensions`` (each extension's and trigger's state),
+        ``state_objects`` and ``ppe_version`` (the version of ppe-training that wrote it);
+        and this project's own: ``elapsed_time`` and ``stop_trigger`` (its state and its
+        last result).
         """
         if self._started and self._stop_iteration != self.iteration:
             # A snapshot taken before the stop trigger ran this iteration records it
             # evaluated, so that the resumed run does not evaluate it twice.
             self._evaluate_stop_trigger()
         return {
-            "iteration": self.iteration,
-            "elapsed_time": self.elapsed_time if self._start_time is not None else 0.0,
+            "_start_iteration": self.iteration,
+            "_start_execution": self.iteration,
             "models": {name: m.state_dict() for name, m in self._models.items()},
             "optimizers": {name: o.state_dict() for name, o in self._optimizers.items()},
             "extensions": {name: e.state_dict() for name, e in self._extensions.items()},
+            "state_objects": {name: o.state_dict() for name, o in self._state_objects.items()},
+            "ppe_version": __version__,
+            "elapsed_time": self.elapsed_time if self._start_time is not None else 0.0,
             "stop_trigger": {
                 "state": self._stop_trigger.state_dict(),
                 "evaluated_at": self._stop_iteration,
                 "result": self._stop_result,
             },
-            "state_objects": {name: o.state_dict() for name, o in self._state_objects.items()},
         }
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
-        """Restore a state returned by :meth:`state_dict`.
+        """Restore a state returned by :meth:`state_dict`, or written by PPE 0.9.
 
         Extensions and state objects missing from the snapshot, or present in it but not
         registered, are reported with a warning naming them; models and optimizers must
-        match.
+        match. A snapshot written by another version (its ``ppe_version``) is loaded after
+        a warning naming both versions.
 
         Raises:
             ValueError: ``to_load`` is not a manager state, or its models or optimizers
                 differ from the manager's.
         """
-        missing = [key for key in ("iteration", "models", "optimizers") if key not in to_load]
+        iteration = to_load.get("_start_iteration", to_load.get("iteration"))
+        missing = [key for key in ("models", "optimizers") if key not in to_load]
+        if iteration is None:
+            missing.insert(0, "_start_iteration")
         if missing:
             message = (
                 f"not a manager state_dict: it lacks {missing} (keys: {sorted(to_load)}); "
                 "a file written by snapshot_object() loads into its own target"
             )
             raise ValueError(message)
+        version = to_load.get("ppe_version")
+        if version is not None and str(version) != __version__:
+            message = (
+                f"loading a snapshot written by version {version} into version {__version__} "
+                "of ppe-training"
+            )
+            warnings.warn(message, UserWarning, stacklevel=2)
         for kind, mine in (("models", self._models), ("optimizers", self._optimizers)):
             theirs = to_load[kind]
             if set(theirs) != set(mine):
@@ -586,7 +645,7 @@ class _BaseExtensionsManager:
                 # training length (more epochs) goes on instead of stopping where it was.
                 self._stop_iteration = int(stop["evaluated_at"])
                 self._stop_result = bool(stop["result"])
-        self.iteration = int(to_load["iteration"])
+        self.iteration = int(iteration)
         self._elapsed_before = float(to_load.get("elapsed_time", 0.0))
         if self._start_time is not None:
             self._start_time = time.perf_counter()

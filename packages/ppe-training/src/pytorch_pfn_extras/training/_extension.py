@@ -67,8 +67,12 @@ class Extension:
         message = f"{type(self).__name__} must implement __call__(manager)"
         raise NotImplementedError(message)
 
-    def initialize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Set up before the first iteration (after a snapshot was loaded, if any)."""
+    def initialize(self, manager: ExtensionsManagerProtocol) -> object:
+        """Set up before the first iteration (after a snapshot was loaded, if any).
+
+        What it returns is ignored by the manager (a snapshot returns the file it loaded).
+        """
+        return None
 
     def finalize(self, manager: ExtensionsManagerProtocol) -> None:
         """Release resources at the end of training (also after an error)."""
@@ -122,6 +126,16 @@ def _manager_hook(
 _EXTRA_ATTRIBUTES = ("needs_model_state", "is_async")
 
 
+def _no_op_hook(manager: ExtensionsManagerProtocol) -> None:
+    """The ``initialize``/``finalize`` of an extension made without one: does nothing."""
+
+
+def _no_op_on_error(
+    manager: ExtensionsManagerProtocol, exc: BaseException, tb: types.TracebackType | None
+) -> None:
+    """The ``on_error`` of an extension made without one: does nothing."""
+
+
 def make_extension(
     trigger: TriggerLike = (1, "iteration"),
     default_name: str | None = None,
@@ -170,13 +184,14 @@ def make_extension(
         raise TypeError(message)
 
     def decorator(ext: ExtensionLike) -> ExtensionLike:
+        # Hooks not given are callable no-ops, as in PPE (code calls ext.finalize(manager)).
         attributes: dict[str, Any] = {
             "trigger": trigger,
             "default_name": default_name or getattr(ext, "__name__", type(ext).__name__),
             "priority": priority,
-            "finalize": finalize,
-            "initialize": initialize,
-            "on_error": on_error,
+            "finalize": _no_op_hook if finalize is None else finalize,
+            "initialize": _no_op_hook if initialize is None else initialize,
+            "on_error": _no_op_on_error if on_error is None else on_error,
             **kwargs,
         }
         for key, value in attributes.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.training._base_manager import (
@@ -87,6 +87,9 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
         writer: Writer extensions use to write into ``out_dir``; a
             :class:`~pytorch_pfn_extras.writing.SimpleWriter` by default.
         enable_profile: Record each extension with :func:`pytorch_pfn_extras.profiler.record`.
+        enable_trace: Also add each extension's run to the trace (``record(trace=True)``).
+        state_objects: Other objects saved in snapshots (``state_dict``/``load_state_dict``),
+            by name.
 
     Raises:
         ImportError: pytorch-ignite is not installed.
@@ -114,6 +117,8 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
         out_dir: str | os.PathLike[str] = "result",
         writer: Writer | None = None,
         enable_profile: bool = False,
+        enable_trace: bool = False,
+        state_objects: Mapping[str, Any] | None = None,
     ) -> None:
         ignite_engine = import_ignite()
         if not isinstance(engine, ignite_engine.Engine):
@@ -130,6 +135,8 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
             out_dir,
             writer,
             enable_profile=enable_profile,
+            enable_trace=enable_trace,
+            state_objects=state_objects,
         )
         self.engine = engine
         """The Ignite engine whose iterations the manager follows."""

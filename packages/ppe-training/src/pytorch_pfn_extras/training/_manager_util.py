@@ -35,6 +35,57 @@ def as_dict(value: Any, what: str, kind: type) -> dict[str, Any]:
     raise TypeError(message)
 
 
+OPTIMIZER_METHODS = ("state_dict", "load_state_dict")
+
+
+def check_optimizer(
+    optimizer: Any, where: str, methods: tuple[str, ...] = OPTIMIZER_METHODS
+) -> None:
+    """Check that ``optimizer`` has the optimizer ``methods`` used (duck typing: wrappers from
+    other libraries need not subclass ``torch.optim.Optimizer``).
+
+    Raises:
+        TypeError: A method is missing; the message names it.
+    """
+    missing = [name for name in methods if not callable(getattr(optimizer, name, None))]
+    if missing:
+        names = ", ".join(f"{name}()" for name in missing)
+        message = (
+            f"{where} ({type(optimizer).__name__}) is not an optimizer: it has no {names} "
+            "(an optimizer needs state_dict() and load_state_dict() to be saved, and "
+            "zero_grad() and step() to be stepped)"
+        )
+        raise TypeError(message)
+
+
+def as_optimizers(value: Any) -> dict[str, Any]:
+    """The optimizers by name: one optimizer (named ``"main"``), a mapping, or ``[]``.
+
+    Any object with ``state_dict()`` and ``load_state_dict()`` is accepted as an optimizer.
+
+    Raises:
+        TypeError: A key that is not a string, or an object without those methods.
+    """
+    if isinstance(value, Mapping):
+        result = dict(value)
+        for name, item in result.items():
+            if not isinstance(name, str):
+                message = f"optimizers must be keyed by strings, got the key {name!r}"
+                raise TypeError(message)
+            check_optimizer(item, f"optimizers[{name!r}]")
+        return result
+    if isinstance(value, (list, tuple)) and not value:
+        return {}  # ``optimizers=[]`` in the reference docs' example
+    if not all(callable(getattr(value, name, None)) for name in OPTIMIZER_METHODS):
+        message = (
+            "optimizers must be an optimizer (an object with state_dict() and "
+            "load_state_dict()) or a mapping of names to optimizers, got "
+            f"{type(value).__name__}"
+        )
+        raise TypeError(message)
+    return {"main": value}
+
+
 def check_state_objects(state_objects: Mapping[str, Any] | None) -> dict[str, Any]:
     if state_objects is None:
         return {}

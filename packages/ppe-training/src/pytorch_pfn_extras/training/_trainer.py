@@ -13,7 +13,7 @@ import torch
 from pytorch_pfn_extras.training._evaluator import Evaluator, sized_length
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, ExtensionLike
 from pytorch_pfn_extras.training._manager import ExtensionsManager
-from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
+from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict, check_optimizer
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 
 EvaluatorsLike = (
@@ -237,9 +237,7 @@ class Trainer:
 
     def set_optimizer(self, name: str, optimizer: torch.optim.Optimizer) -> None:
         """Replace (or add) the optimizer named ``name``."""
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            message = f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
-            raise TypeError(message)
+        check_optimizer(optimizer, f"optimizer {name!r}")
         self._manager.optimizers[name] = optimizer
 
     def is_epoch_last_iter(self, idx: int) -> bool:

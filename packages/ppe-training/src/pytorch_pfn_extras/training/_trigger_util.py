@@ -48,7 +48,7 @@ class Trigger(abc.ABC):
 
 
 TriggerLike: TypeAlias = (
-    Trigger | Callable[["ExtensionsManagerProtocol"], bool] | tuple[float, str] | None
+    Trigger | Callable[["ExtensionsManagerProtocol"], bool] | tuple[float, str] | list[Any] | None
 )
 
 
@@ -91,8 +91,8 @@ def get_trigger(trigger: TriggerLike) -> Trigger:
     """Turn a trigger-like value into a :class:`Trigger`.
 
     Args:
-        trigger: A :class:`Trigger` (returned as is), a ``(period, unit)`` tuple (an
-            :class:`~pytorch_pfn_extras.training.triggers.IntervalTrigger`), a callable
+        trigger: A :class:`Trigger` (returned as is), a ``(period, unit)`` tuple or list
+            (an :class:`~pytorch_pfn_extras.training.triggers.IntervalTrigger`), a callable
             ``fn(manager) -> bool``, or ``None`` (a trigger that never fires).
 
     Returns:
@@ -109,7 +109,7 @@ def get_trigger(trigger: TriggerLike) -> Trigger:
         return trigger
     if trigger is None:
         return _NeverFireTrigger()
-    if isinstance(trigger, tuple):
+    if isinstance(trigger, (tuple, list)):  # a list: from a YAML or JSON config
         if len(trigger) != 2:
             message = f"a trigger tuple must be (period, unit), got {trigger!r}"
             raise ValueError(message)

@@ -24,6 +24,7 @@ from pytorch_pfn_extras.training.extensions._progress_bar import (
 from pytorch_pfn_extras.training.extensions._progress_bar_cli import ProgressBarCLI
 from pytorch_pfn_extras.training.extensions._slack import Slack, SlackWebhook
 from pytorch_pfn_extras.training.extensions._snapshot import (
+    SnapshotMode,
     snapshot,
     snapshot_object,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "VariableStatisticsPlot",
     "observe_lr",
     "observe_value",
+    "SnapshotMode",
     "snapshot",
     "snapshot_object",
 ]

@@ -464,7 +464,14 @@ class LogReport(Extension):
         }
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
-        """Restore a state returned by :meth:`state_dict`."""
+        """Restore a state returned by :meth:`state_dict`, or by PPE 0.9's LogReport (its
+        ``_log`` JSON text, ``_summary`` and ``_trigger``)."""
+        if "_log" in to_load and "log" not in to_load:
+            to_load = {
+                "log": json.loads(to_load["_log"]),
+                "summary": to_load.get("_summary", {}),
+                "log_trigger": to_load.get("_trigger", {}),
+            }
         self._log = [dict(entry) for entry in to_load["log"]]
         self._summary = DictSummary()
         self._summary.load_state_dict(to_load["summary"])

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import pickle
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,6 +27,41 @@ Filename = str | Callable[["ExtensionsManagerProtocol"], str]
 def _is_disallowed_global(error: BaseException) -> bool:
     """Whether ``torch.load(weights_only=True)`` refused a valid file for its content."""
     return isinstance(error, pickle.UnpicklingError) and "Unsupported global" in str(error)
+
+
+class SnapshotMode(enum.Enum):
+    """How :func:`snapshot` writes: ``DEFAULT`` one file (by ``saver_rank`` with
+    ``torch.distributed``); ``DISTRIBUTED`` and ``SHARDED`` are distributed modes."""
+
+    DEFAULT = 1
+    DISTRIBUTED = 2
+    SHARDED = 3
+
+
+class _StateObjects:
+    """A dict of state objects saved and loaded as one target (``snapshot_object({...})``)."""
+
+    def __init__(self, objects: Mapping[str, Any]) -> None:
+        for name, obj in objects.items():
+            if not callable(getattr(obj, "state_dict", None)):
+                message = (
+                    f"snapshot_object target[{name!r}] ({type(obj).__name__}) has no "
+                    "state_dict(): each value of a dict target must have state_dict() and "
+                    "load_state_dict()"
+                )
+                raise TypeError(message)
+        self._objects = dict(objects)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: obj.state_dict() for name, obj in self._objects.items()}
+
+    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        missing = sorted(set(self._objects) - set(to_load))
+        if missing:
+            message = f"the snapshot has no state for {missing} (it holds {sorted(to_load)})"
+            raise KeyError(message)
+        for name, obj in self._objects.items():
+            obj.load_state_dict(to_load[name])
 
 
 class _Snapshot(Extension):
@@ -71,6 +107,8 @@ class _Snapshot(Extension):
                 )
                 raise ValueError(message)
             self._files = SnapshotFiles(filename)
+        if isinstance(target, Mapping) and not callable(getattr(target, "state_dict", None)):
+            target = _StateObjects(target)
         self._target = target
         self._filename = filename
         self._condition = condition
@@ -89,7 +127,7 @@ class _Snapshot(Extension):
 
     @property
     def default_name(self) -> str:
-        """``'snapshot'`` or ``'snapshot_object'``."""
+        """``'_Snapshot'``, as in PPE (snapshots of PPE name its state so)."""
         return self._default_name
 
     def _writer_of(self, manager: ExtensionsManagerProtocol) -> Writer:
@@ -102,21 +140,36 @@ class _Snapshot(Extension):
     def _target_of(self, manager: ExtensionsManagerProtocol) -> Any:
         return manager if self._target is None else self._target
 
-    def initialize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Check ``saver_rank``, register the cleanup, and autoload the newest snapshot."""
-        self._out = manager.out
+    def _out_of(self, manager: ExtensionsManagerProtocol) -> str:
+        """The directory snapshots go to: the own writer's ``out_dir`` if it has one (as in
+        PPE), the manager's ``out`` otherwise."""
+        own = getattr(self._writer, "out_dir", "") if self._writer is not None else ""
+        return own if isinstance(own, str) and own else manager.out
+
+    def initialize(self, manager: ExtensionsManagerProtocol) -> str | None:
+        """Check ``saver_rank``, register the cleanup, and autoload the newest snapshot.
+
+        Returns:
+            The name of the snapshot loaded (relative to the output directory), or
+            ``None`` when none was (no ``autoload``, or no snapshot yet).
+        """
+        self._out = self._out_of(manager)
         if self._saver_rank is not None:
             self._is_saver = self._check_saver_rank()
         writer = self._writer_of(manager)
         if self._writer is not None:
-            self._writer.initialize(manager.out)
+            self._writer.initialize(self._out)
         if self._n_retains > 0 and self._is_saver and self._hooked is None:
             add_hook = getattr(writer, "add_post_save_hook", None)
             if callable(add_hook):
                 add_hook(self._after_save)
                 self._hooked = writer
-        if self.autoload:
-            self._autoload(manager, writer)
+        if not self.autoload:
+            return None
+        self._autoload(manager, writer)
+        if self.resumed_from is None:
+            return None
+        return os.path.relpath(self.resumed_from, self._out)
 
     def _check_saver_rank(self) -> bool:
         import torch.distributed as dist
@@ -139,7 +192,7 @@ class _Snapshot(Extension):
     def _autoload(self, manager: ExtensionsManagerProtocol, writer: Writer) -> None:
         assert self._files is not None
         fs = writer.fs
-        for path in self._files.list(fs, manager.out):
+        for path in self._files.list(fs, self._out):
             try:
                 with fs.open(path, "rb") as f:
                     state = torch.load(f, map_location="cpu", weights_only=True)
@@ -176,10 +229,11 @@ class _Snapshot(Extension):
         name = filename.format(manager) if isinstance(filename, str) else filename(manager)
         writer = self._writer_of(manager)
         state = self._target_of(manager).state_dict()
-        writer(name, manager.out, state)
+        out = self._out or self._out_of(manager)
+        writer(name, out, state)
         if self._n_retains > 0 and self._hooked is not writer:
             # A writer without post-save hooks is assumed synchronous: clean up now.
-            self._after_save(os.path.join(manager.out, name))
+            self._after_save(os.path.join(out, name))
 
     def _after_save(self, path: str) -> None:
         """Delete the oldest snapshots beyond ``n_retains`` once ``path`` is complete."""
@@ -220,7 +274,7 @@ class _Snapshot(Extension):
 def _writer_for(savefun: Any, writer: Writer | None) -> Writer | None:
     if savefun is not None and writer is not None:
         message = "pass either savefun or writer to snapshot, not both (a writer has its savefun)"
-        raise ValueError(message)
+        raise TypeError(message)
     if savefun is not None:
         return SimpleWriter(savefun=savefun)
     return writer
@@ -237,6 +291,7 @@ def snapshot(
     n_retains: int = -1,
     autoload: bool = False,
     saver_rank: int | None = None,
+    snapshot_mode: SnapshotMode = SnapshotMode.DEFAULT,
 ) -> Extension:
     """Return an extension that saves the manager's state, to resume training later.
 
@@ -269,17 +324,21 @@ def snapshot(
             remains.
         autoload: Load the newest loadable snapshot before training starts.
         saver_rank: With ``torch.distributed``, only this rank writes; every rank loads.
+        snapshot_mode: :class:`SnapshotMode` (``DEFAULT``: one file).
 
     Returns:
         The snapshot extension.
 
     Raises:
-        ValueError: Both ``savefun`` and ``writer``, a bad ``n_retains``, or
-            ``autoload``/``n_retains`` with a callable filename.
+        TypeError: Both ``savefun`` and ``writer``.
+        ValueError: A bad ``n_retains``, or ``autoload``/``n_retains`` with a callable
+            filename.
+        NotImplementedError: A distributed ``snapshot_mode`` (not supported yet).
 
     Example:
         >>> manager.extend(extensions.snapshot(n_retains=3, autoload=True))
     """
+    _check_mode(snapshot_mode)
     return _Snapshot(
         target,
         filename,
@@ -289,52 +348,78 @@ def snapshot(
         n_retains=n_retains,
         autoload=autoload,
         saver_rank=saver_rank,
-        default_name="snapshot",
+        default_name="_Snapshot",
     )
 
 
+def _check_mode(snapshot_mode: Any) -> None:
+    if not isinstance(snapshot_mode, SnapshotMode):
+        message = f"snapshot_mode must be a SnapshotMode, got {snapshot_mode!r}"
+        raise TypeError(message)
+    if snapshot_mode is not SnapshotMode.DEFAULT:
+        message = (
+            f"{snapshot_mode} is not supported yet: use SnapshotMode.DEFAULT (with "
+            "saver_rank under torch.distributed)"
+        )
+        raise NotImplementedError(message)
+
+
+_OBJECT_KWARGS = (
+    "condition",
+    "writer",
+    "snapshot_on_error",
+    "n_retains",
+    "autoload",
+    "saver_rank",
+    "snapshot_mode",
+)
+
+
 def snapshot_object(
-    target: Any,
-    filename: Filename,
-    savefun: Any = None,
-    *,
-    condition: Callable[[], bool] | None = None,
-    writer: Writer | None = None,
-    snapshot_on_error: bool = False,
-    n_retains: int = -1,
-    autoload: bool = False,
-    saver_rank: int | None = None,
+    target: Any, filename: Filename, savefun: Any = None, **kwargs: Any
 ) -> Extension:
     """Return an extension that saves ``target.state_dict()`` (a model, an optimizer...).
 
     Like :func:`snapshot` with an explicit target; ``autoload`` loads the newest file
-    into ``target``.
+    into ``target``. The target may also be a dict of such objects (``{"model": model,
+    "optimizer": optimizer}``): the file holds ``{name: state_dict}`` and ``autoload``
+    loads each object's part.
 
     Args:
-        target: Object with ``state_dict`` (and ``load_state_dict`` for autoload).
+        target: Object with ``state_dict`` (and ``load_state_dict`` for autoload), or a
+            dict of them.
         filename: Name of the file, formatted with the manager, or a callable.
         savefun: ``savefun(target, fileobj)``; exclusive with ``writer``.
-        condition: A callable without arguments; the snapshot is skipped when false.
-        writer: Writer to use instead of the manager's.
-        snapshot_on_error: Also write a snapshot when an iteration raises.
-        n_retains: Keep at most this many files (``-1`` keeps all).
-        autoload: Load the newest loadable file into ``target`` before training.
-        saver_rank: With ``torch.distributed``, only this rank writes.
+        **kwargs: The keyword arguments of :func:`snapshot`: ``condition``, ``writer``,
+            ``snapshot_on_error``, ``n_retains``, ``autoload``, ``saver_rank``,
+            ``snapshot_mode``.
 
     Returns:
         The snapshot extension.
 
+    Raises:
+        TypeError: An unknown keyword argument, both ``savefun`` and ``writer``, or a dict
+            target holding an object without ``state_dict()``.
+
     Example:
         >>> manager.extend(extensions.snapshot_object(model, "model_{.epoch}.pt"))
     """
+    unknown = sorted(set(kwargs) - set(_OBJECT_KWARGS))
+    if unknown:
+        message = (
+            f"snapshot_object got unexpected keyword arguments {unknown}; accepted: "
+            f"{list(_OBJECT_KWARGS)}"
+        )
+        raise TypeError(message)
+    _check_mode(kwargs.get("snapshot_mode", SnapshotMode.DEFAULT))
     return _Snapshot(
         target,
         filename,
-        condition=condition,
-        writer=_writer_for(savefun, writer),
-        snapshot_on_error=snapshot_on_error,
-        n_retains=n_retains,
-        autoload=autoload,
-        saver_rank=saver_rank,
-        default_name="snapshot_object",
+        condition=kwargs.get("condition"),
+        writer=_writer_for(savefun, kwargs.get("writer")),
+        snapshot_on_error=kwargs.get("snapshot_on_error", False),
+        n_retains=kwargs.get("n_retains", -1),
+        autoload=kwargs.get("autoload", False),
+        saver_rank=kwargs.get("saver_rank"),
+        default_name="_Snapshot",
     )
