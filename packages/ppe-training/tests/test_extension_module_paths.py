@@ -70,7 +70,9 @@ _PENDING_EXPORTS = {f"{_PACKAGE}.evaluator"}  # its __all__ lacks DistributedEva
 _OPTIONAL = ("matplotlib", "pandas", "yaml", "ipywidgets", "slack_sdk")
 
 
-def _pending(module: str, name: str | None = None, exports: bool = False) -> list[pytest.MarkDecorator]:
+def _pending(
+    module: str, name: str | None = None, exports: bool = False
+) -> list[pytest.MarkDecorator]:
     if (module, name) in _PENDING or (exports and module in _PENDING_EXPORTS):
         reason = "DistributedEvaluator comes with ppe.distributed (the distributed issue)"
         return [pytest.mark.xfail(reason=reason, strict=True)]
