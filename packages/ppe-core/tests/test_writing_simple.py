@@ -370,7 +370,7 @@ def test_simple_writer_is_picklable_for_worker_processes(tmp_path: Path) -> None
     assert torch.load(tmp_path / "f.pt") == [1, 2] and writer.out_dir == "x"
 
 
-@pytest.mark.parametrize("savefun", [3, "torch.save", None])
+@pytest.mark.parametrize("savefun", [3, "torch.save", False])
 def test_non_callable_savefun_is_rejected_at_construction(savefun: Any) -> None:
     with pytest.raises(
         TypeError, match=rf"savefun must be a callable.*got {re.escape(repr(savefun))}"

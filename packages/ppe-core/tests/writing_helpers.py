@@ -59,3 +59,22 @@ def recording_task(
     os.makedirs(out_dir, exist_ok=True)
     with open(path, "a" if append else "w") as f:
         f.write(f"{target!r}\n")
+
+
+class GatedSave:
+    """``torch.save`` of ``{"i": i, ...}`` targets, each held until the test releases it.
+
+    Write ``i`` sets ``entered[i]``, then waits for ``release[i]`` (threading or
+    multiprocessing events: inherited by forked writer processes).
+    """
+
+    def __init__(self, entered: list[Any], release: list[Any]) -> None:
+        self.entered = entered
+        self.release = release
+
+    def __call__(self, target: Any, fileobj: IO[bytes]) -> None:
+        i = target["i"]
+        self.entered[i].set()
+        if not self.release[i].wait(timeout=120):
+            raise TimeoutError(f"write {i} was never released")
+        torch.save(target, fileobj)

@@ -6,8 +6,12 @@ through a temporary file, fsync and an atomic rename, so the destination is
 never missing or half-written. :class:`SimpleWriter` writes synchronously;
 :class:`ThreadWriter`, :class:`ProcessWriter`, :class:`ThreadQueueWriter` and
 :class:`ProcessQueueWriter` write in the background a copy of the target taken
-at call time; :class:`TensorBoardWriter` writes log scalars as TensorBoard
-events.
+at call time, holding a bounded number of pending writes (one for the thread
+and process writers, ``max_pending`` for the queue writers);
+:class:`TensorBoardWriter` writes log scalars as TensorBoard events.
+:class:`StandardWriter` and :class:`QueueWriter` are the bases to subclass for
+other kinds of workers (``create_worker``; ``create_queue``,
+``create_consumer``, ``consume``).
 """
 
 from __future__ import annotations
@@ -15,11 +19,8 @@ from __future__ import annotations
 from pytorch_pfn_extras.writing._atomic import is_temporary_file
 from pytorch_pfn_extras.writing._errors import RemoteTraceback
 from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
-from pytorch_pfn_extras.writing._queue_writer import (
-    ProcessQueueWriter,
-    QueueWriter,
-    ThreadQueueWriter,
-)
+from pytorch_pfn_extras.writing._process_queue_writer import ProcessQueueWriter
+from pytorch_pfn_extras.writing._queue_writer import QueueWriter, ThreadQueueWriter
 from pytorch_pfn_extras.writing._simple_writer import SimpleWriter
 from pytorch_pfn_extras.writing._standard_writer import (
     ProcessWriter,

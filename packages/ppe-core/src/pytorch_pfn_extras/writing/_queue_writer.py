@@ -1,42 +1,39 @@
-"""``ThreadQueueWriter`` and ``ProcessQueueWriter``: one consumer, a queue of writes."""
+"""``QueueWriter`` and ``ThreadQueueWriter``: one consumer, a bounded queue of writes."""
 
 from __future__ import annotations
 
-import abc
 import atexit
-import os
+import functools
 import queue
 import threading
 import traceback
 import weakref
 from collections.abc import Callable
-from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from pytorch_pfn_extras.writing._errors import (
-    EncodedError,
-    Failures,
-    add_note,
-    decode_exception,
-    encode_exception,
-)
+from pytorch_pfn_extras.writing._errors import Failures, add_note
 from pytorch_pfn_extras.writing._fs import FileSystem
-from pytorch_pfn_extras.writing._mp import (
-    MPContext,
-    fork_guard,
-    resolve_context,
-    single_threaded_worker,
-    start_process,
-)
+from pytorch_pfn_extras.writing._mp import fork_guard
 from pytorch_pfn_extras.writing._simple_writer import SimpleWriter
-from pytorch_pfn_extras.writing._snapshot import pack, snapshot, unpack
-from pytorch_pfn_extras.writing._writer_base import SaveFun, Writer, check_savefun
+from pytorch_pfn_extras.writing._snapshot import snapshot
+from pytorch_pfn_extras.writing._writer_base import (
+    SaveFun,
+    Writer,
+    check_savefun,
+    resolve_savefun,
+)
 
-__all__ = ["ProcessQueueWriter", "QueueWriter", "ThreadQueueWriter"]
+__all__ = ["DEFAULT_MAX_PENDING", "QueueWriter", "Task", "ThreadQueueWriter"]
 
 Task = Callable[..., Any]
+
+DEFAULT_MAX_PENDING = 2
+"""Default bound on the writes a queue writer holds (queued or being written)."""
+
+POLL_SECONDS = 0.1
+"""How often a caller blocked on a full queue checks that the consumer is still alive."""
 
 _live: weakref.WeakSet[QueueWriter] = weakref.WeakSet()
 _atexit_registered: list[bool] = []
@@ -59,52 +56,174 @@ def _track(writer: QueueWriter) -> None:
     _live.add(writer)
 
 
+def is_alive(consumer: Any) -> bool:
+    """Whether a consumer (thread, process, or a user's object) is still running."""
+    alive = getattr(consumer, "is_alive", None)
+    return True if alive is None else bool(alive())
+
+
+def task_done(q: Any) -> None:
+    """``q.task_done()`` for the queues that count finished items (``queue.Queue``...)."""
+    done = getattr(q, "task_done", None)
+    if done is not None:
+        done()
+
+
+class Write(NamedTuple):
+    """A queued write, laid out as PPE's queue items.
+
+    The consumer runs ``task(filename, out_dir, target, savefun=savefun,
+    append=append)``; ``task`` records the outcome and frees the write's slot.
+    """
+
+    task: Task
+    filename: str
+    out_dir: str
+    target: Any
+    savefun: SaveFun | None
+    append: bool
+
+
+def _check_max_pending(value: Any, owner: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        message = f"{owner}: max_pending must be an int >= 1, got {value!r}"
+        raise TypeError(message)
+    if value < 1:
+        message = f"{owner}: max_pending must be >= 1 (writes held at once), got {value}"
+        raise ValueError(message)
+    return value
+
+
 class QueueWriter(Writer):
     """Base of the writers whose single consumer takes writes from a queue.
 
     A call copies the target (every tensor to CPU, storages shared as in the
-    original) and enqueues it; it returns at once. The consumer, started by the
-    first call, runs ``task(filename, out_dir, target, savefun=savefun,
-    append=append)`` for each write in order. :meth:`finalize` drains the
+    original) and puts the write on a queue; it returns at once, unless
+    ``max_pending`` writes are already queued or being written: it then blocks
+    until the oldest one is done. So a queue writer holds at most
+    ``max_pending`` copies of the state, however slow the disk, and a killed
+    process loses at most ``max_pending`` writes.
+
+    The first call creates the queue (:meth:`create_queue`) and the consumer
+    (:meth:`create_consumer`), and starts the consumer, which runs
+    :meth:`consume`: for each write, in order, ``task(filename, out_dir,
+    target, savefun=savefun, append=append)``. :meth:`finalize` drains the
     queue, stops the consumer and raises the first failed write, if any (a
     failure is also raised by the next call). Pending writes are drained at
-    interpreter exit if :meth:`finalize` was not called.
+    interpreter exit if :meth:`finalize` was not called. Subclasses implement
+    :meth:`create_queue` and :meth:`create_consumer`.
 
     Args:
         savefun: ``savefun(target, fileobj, **kwds)`` of the default task;
-            ``torch.save`` by default.
+            ``torch.save`` by default (also when ``None``).
         fs: Filesystem of the default task; the local filesystem by default.
         out_dir: Default output directory.
-        task: Callable doing one write, with a writer's call signature; a
-            :class:`SimpleWriter` with ``savefun``, ``fs`` and ``kwds`` by default.
+        task: Callable doing one write, with a writer's call signature; the
+            result of :meth:`create_task` (a :class:`SimpleWriter`) by default.
+        max_pending: Most writes held at once, queued or being written
+            (``>= 1``); a call blocks while that many are pending.
         **kwds: Keyword arguments passed to every ``savefun`` call of the
             default task.
     """
 
     def __init__(
         self,
-        savefun: SaveFun = torch.save,
+        savefun: SaveFun | None = torch.save,
         fs: FileSystem | None = None,
         out_dir: str = "",
         task: Task | None = None,
+        *,
+        max_pending: int = DEFAULT_MAX_PENDING,
         **kwds: Any,
     ) -> None:
         super().__init__(fs=fs, out_dir=out_dir)
         owner = type(self).__name__
-        self._savefun = check_savefun(savefun, owner)
+        cls = type(self)
+        if cls.__call__ is QueueWriter.__call__ and (
+            cls.create_queue is QueueWriter.create_queue
+            or cls.create_consumer is QueueWriter.create_consumer
+        ):
+            message = (
+                f"{owner} must implement create_queue() and create_consumer(q); "
+                "or use ThreadQueueWriter or ProcessQueueWriter"
+            )
+            raise TypeError(message)
+        self._savefun = resolve_savefun(savefun, owner)
         self._kwds = kwds
+        self._max_pending = _check_max_pending(max_pending, owner)
         if task is None:
             task = self.create_task(self._savefun)
         elif not callable(task):
             message = f"{owner}: task must be callable like a writer, got {task!r}"
             raise TypeError(message)
         self._task: Task = task
+        self._queue: Any = None
+        self._consumer: Any = None
         self._started = False
+        # Writes queued or being written, by sequence number: their paths.
+        self._pending: dict[int, str] = {}
+        self._seq = 0
+        self._cond = threading.Condition()
         self._failures = Failures()
 
-    def create_task(self, savefun: SaveFun) -> Task:
-        """The default task: a :class:`SimpleWriter` sharing this writer's settings."""
+    @property
+    def max_pending(self) -> int:
+        """The most writes held at once (queued or being written)."""
+        return self._max_pending
+
+    def create_task(self, savefun: SaveFun | None) -> Task:
+        """Return the default task: a :class:`SimpleWriter` with this writer's settings.
+
+        Called once by the constructor when no ``task`` is given.
+
+        Args:
+            savefun: The writer's ``savefun``.
+        """
         return SimpleWriter(savefun=savefun, fs=self.fs, out_dir=self.out_dir, **self._kwds)
+
+    def create_queue(self) -> Any:
+        """Return the queue that carries writes to the consumer (``put``/``get``).
+
+        Called by the first write (and the first after :meth:`finalize`).
+        """
+        message = f"{type(self).__name__} does not implement create_queue"
+        raise NotImplementedError(message)
+
+    def create_consumer(self, q: Any) -> Any:
+        """Return the consumer, not started yet, that runs ``self.consume(q)``.
+
+        Called right after :meth:`create_queue` with its queue. The writer
+        calls its ``start()``, and its ``join()`` in :meth:`finalize`.
+
+        Args:
+            q: The queue returned by :meth:`create_queue`.
+        """
+        message = f"{type(self).__name__} does not implement create_consumer"
+        raise NotImplementedError(message)
+
+    def consume(self, q: Any) -> None:
+        """Perform the writes taken from ``q`` in order, until ``None`` is taken.
+
+        Runs in the consumer. Each item is a 6-tuple ``(task, filename,
+        out_dir, target, savefun, append)``, as in PPE; the write is
+        ``task(filename, out_dir, target, savefun=savefun, append=append)``,
+        which never raises: it records a failure for the writer and frees the
+        write's slot. ``q.task_done()`` is called after each item when ``q``
+        has it.
+
+        Args:
+            q: The queue returned by :meth:`create_queue`.
+        """
+        while True:
+            item = self._next_item(q)
+            if item is None:
+                task_done(q)
+                return
+            task, filename, out_dir, target, savefun, append = item
+            del item  # hold no copy while waiting for the next write
+            task(filename, out_dir, target, savefun=savefun, append=append)
+            del target
+            task_done(q)
 
     def __call__(
         self,
@@ -115,22 +234,28 @@ class QueueWriter(Writer):
         savefun: SaveFun | None = None,
         append: bool = False,
     ) -> None:
-        """Enqueue a copy of ``target`` to be written to ``out_dir/filename``.
+        """Queue a copy of ``target`` to be written to ``out_dir/filename``.
+
+        Blocks while ``max_pending`` writes are pending.
 
         Raises:
             Exception: The failure of an earlier write, if any (this write is
-                then not enqueued).
+                then not queued).
         """
         if savefun is not None:
             check_savefun(savefun, type(self).__name__)
         path = self._destination(filename, out_dir)
         self._collect()
         self._failures.raise_pending()
+        self._wait_for_slot()
+        self._failures.raise_pending()
         if not self._started:
-            self._start_consumer()
-            self._started = True
+            q = self.create_queue()
+            consumer = self.create_consumer(q)
+            self._start_consumer(q, consumer)
+            self._queue, self._consumer, self._started = q, consumer, True
             _track(self)
-        self._put(path, filename, out_dir, target, savefun, append)
+        self._enqueue(path, filename, out_dir, target, savefun, append)
 
     def finalize(self) -> None:
         """Write everything queued, stop the consumer, raise the first failure if any.
@@ -138,10 +263,31 @@ class QueueWriter(Writer):
         The writer can be used again afterwards (a new consumer is started).
         """
         if self._started:
-            self._started = False
-            _live.discard(self)
-            self._stop_consumer()
+            self._stop()
         self._failures.raise_pending()
+
+    # -- shared machinery ------------------------------------------------------
+
+    def _next_item(self, q: Any) -> Any:
+        """The next item of ``q`` (``None``: stop)."""
+        return q.get()
+
+    def _new_write(self, path: str) -> int:
+        with self._cond:
+            self._seq += 1
+            self._pending[self._seq] = path
+            return self._seq
+
+    def _finish(self, seq: int, failure: BaseException | None) -> None:
+        """Record the outcome of write ``seq`` (hooks or failure), then free its slot."""
+        with self._cond:
+            path = self._pending.get(seq)
+        if path is None:  # given up on already (its consumer was lost)
+            return
+        self._done(path, failure)
+        with self._cond:
+            self._pending.pop(seq, None)
+            self._cond.notify_all()
 
     def _done(self, path: str, failure: BaseException | None) -> None:
         if failure is None:
@@ -153,11 +299,46 @@ class QueueWriter(Writer):
         add_note(failure, f"raised by {type(self).__name__} while writing {path!r}")
         self._failures.add(failure)
 
-    @abc.abstractmethod
-    def _start_consumer(self) -> None: ...
+    def _fail_pending(self, reason: str) -> None:
+        """Report every pending write as failed: the consumer will not write them."""
+        with self._cond:
+            lost = list(self._pending.values())
+            self._pending.clear()
+            self._cond.notify_all()
+        for path in lost:
+            failure = RuntimeError(
+                f"the {type(self).__name__} consumer {reason} before writing {path!r}"
+            )
+            self._done(path, failure)
 
-    @abc.abstractmethod
-    def _put(
+    def _wait_for_slot(self) -> None:
+        while self._started and len(self._pending) >= self._max_pending:
+            self._await_progress()
+            if self._started and not is_alive(self._consumer):
+                self._collect()  # gathers what it finished, then gives up on the rest
+
+    def _collect(self) -> None:
+        """Gather finished writes; if the consumer died, give up on its pending writes."""
+        if self._started and not is_alive(self._consumer):
+            self._stop()
+
+    def _stop(self) -> None:
+        self._started = False
+        _live.discard(self)
+        self._stop_consumer()
+
+    # -- the consumer's kind ------------------------------------------------------
+
+    def _start_consumer(self, q: Any, consumer: Any) -> None:
+        consumer.start()
+
+    def _await_progress(self) -> None:
+        """Wait (at most about :data:`POLL_SECONDS`) for a pending write to finish."""
+        with self._cond:
+            if len(self._pending) >= self._max_pending:
+                self._cond.wait(POLL_SECONDS)
+
+    def _enqueue(
         self,
         path: str,
         filename: str,
@@ -165,209 +346,68 @@ class QueueWriter(Writer):
         target: Any,
         savefun: SaveFun | None,
         append: bool,
-    ) -> None: ...
+    ) -> None:
+        copy = snapshot(target)
+        seq = self._new_write(path)
+        task = functools.partial(self._run, seq)
+        try:
+            self._queue.put(Write(task, filename, out_dir, copy, savefun, append))
+        except BaseException:
+            with self._cond:
+                self._pending.pop(seq, None)
+            raise
 
-    @abc.abstractmethod
-    def _stop_consumer(self) -> None: ...
+    def _run(
+        self,
+        seq: int,
+        filename: str,
+        out_dir: str,
+        target: Any,
+        *,
+        savefun: SaveFun | None = None,
+        append: bool = False,
+    ) -> None:
+        failure: BaseException | None = None
+        try:
+            with fork_guard:
+                self._task(filename, out_dir, target, savefun=savefun, append=append)
+        except BaseException as exc:
+            failure = exc
+        del target
+        self._finish(seq, failure)
 
-    def _collect(self) -> None:
-        """Gather the results of finished writes (process consumers)."""
+    def _stop_consumer(self) -> None:
+        consumer = self._consumer
+        if is_alive(consumer):
+            self._queue.put(None)
+        consumer.join()
+        self._queue = self._consumer = None
+        self._fail_pending("stopped")
 
     def __getstate__(self) -> dict[str, Any]:
         message = f"{type(self).__name__} cannot be pickled (it owns a consumer)"
         raise TypeError(message)
 
 
-_Item = tuple[str, str, str, Any, "SaveFun | None", bool]
-
-
 class ThreadQueueWriter(QueueWriter):
     """Queue writes for one consumer thread.
 
+    The queue is a ``queue.Queue``; the consumer a daemon ``threading.Thread``
+    running :meth:`consume`. Post-save hooks run in the consumer thread.
+
     Example:
-        >>> writer = ThreadQueueWriter()
+        >>> writer = ThreadQueueWriter(max_pending=4)
         >>> for it in range(3):
         ...     writer(f"snapshot_iter_{it}", "result", model.state_dict())
         >>> writer.finalize()
     """
 
-    _queue: queue.SimpleQueue[_Item | None]
-    _consumer: threading.Thread
+    def create_queue(self) -> queue.Queue[Any]:
+        """Return a new unbounded ``queue.Queue`` (``max_pending`` bounds the writes)."""
+        return queue.Queue()
 
-    def _start_consumer(self) -> None:
-        self._queue = queue.SimpleQueue()
-        self._consumer = threading.Thread(
-            target=self._consume, args=(self._queue,), name="ppe-ThreadQueueWriter", daemon=True
+    def create_consumer(self, q: Any) -> threading.Thread:
+        """Return a daemon thread running ``self.consume(q)``."""
+        return threading.Thread(
+            target=self.consume, args=(q,), name=f"ppe-{type(self).__name__}", daemon=True
         )
-        self._consumer.start()
-
-    def _consume(self, items: queue.SimpleQueue[_Item | None]) -> None:
-        while True:
-            item = items.get()
-            if item is None:
-                return
-            path, filename, out_dir, target, savefun, append = item
-            try:
-                with fork_guard:
-                    self._task(filename, out_dir, target, savefun=savefun, append=append)
-            except BaseException as exc:
-                self._done(path, exc)
-            else:
-                self._done(path, None)
-
-    def _put(
-        self,
-        path: str,
-        filename: str,
-        out_dir: str,
-        target: Any,
-        savefun: SaveFun | None,
-        append: bool,
-    ) -> None:
-        self._queue.put((path, filename, out_dir, snapshot(target), savefun, append))
-
-    def _stop_consumer(self) -> None:
-        self._queue.put(None)
-        self._consumer.join()
-
-
-def _consume_in_process(tasks: Any, results: Any, task: Task, parent_pid: int) -> None:
-    # Entry point of the ProcessQueueWriter consumer.
-    single_threaded_worker()
-    while True:
-        try:
-            item = tasks.get(timeout=1.0)
-        except queue.Empty:
-            if os.getppid() != parent_pid:  # the training process died
-                return
-            continue
-        if item is None:
-            break
-        seq, data = item
-        error: EncodedError | None = None
-        try:
-            filename, out_dir, packed, savefun, append = ForkingPickler.loads(data)
-            task(filename, out_dir, unpack(packed), savefun=savefun, append=append)
-        except BaseException as exc:
-            error = encode_exception(exc)
-        results.send((seq, error))
-    results.close()
-
-
-class ProcessQueueWriter(QueueWriter):
-    """Queue writes for one consumer process.
-
-    The target is copied to one shared CPU buffer at call time and pickled
-    right away, so a target that cannot be sent fails in the call. With
-    ``spawn``/``forkserver``, ``task`` and ``savefun`` must be picklable.
-
-    Args:
-        savefun: ``savefun(target, fileobj, **kwds)``; ``torch.save`` by default.
-        fs: Filesystem of the default task; the local filesystem by default.
-        out_dir: Default output directory.
-        task: Callable doing one write (see :class:`QueueWriter`).
-        mp_context: Start method name or multiprocessing context; the
-            default context when ``None``.
-        **kwds: Keyword arguments passed to every ``savefun`` call of the
-            default task.
-
-    Example:
-        >>> writer = ProcessQueueWriter(mp_context="spawn")
-        >>> manager.extend(extensions.snapshot(writer=writer), trigger=(1, "epoch"))
-    """
-
-    def __init__(
-        self,
-        savefun: SaveFun = torch.save,
-        fs: FileSystem | None = None,
-        out_dir: str = "",
-        task: Task | None = None,
-        *,
-        mp_context: MPContext = None,
-        **kwds: Any,
-    ) -> None:
-        super().__init__(savefun=savefun, fs=fs, out_dir=out_dir, task=task, **kwds)
-        self._context = resolve_context(mp_context, "ProcessQueueWriter")
-        self._pending: dict[int, str] = {}
-        self._seq = 0
-
-    def _start_consumer(self) -> None:
-        context = self._context
-        self._queue = context.Queue()
-        self._results, send_conn = context.Pipe(duplex=False)
-        self._consumer = context.Process(  # type: ignore[attr-defined]
-            target=_consume_in_process,
-            args=(self._queue, send_conn, self._task, os.getpid()),
-            name="ppe-ProcessQueueWriter",
-            daemon=True,
-        )
-        try:
-            start_process(self._consumer, context, "ProcessQueueWriter", "task")
-        except BaseException:
-            self._results.close()
-            self._queue.close()
-            raise
-        finally:
-            send_conn.close()
-
-    def _put(
-        self,
-        path: str,
-        filename: str,
-        out_dir: str,
-        target: Any,
-        savefun: SaveFun | None,
-        append: bool,
-    ) -> None:
-        try:
-            data = bytes(ForkingPickler.dumps((filename, out_dir, pack(target), savefun, append)))
-        except Exception as exc:
-            message = (
-                f"ProcessQueueWriter: the target and savefun must be picklable to be sent "
-                f"to the writer process: {exc}"
-            )
-            raise TypeError(message) from exc
-        self._seq += 1
-        self._pending[self._seq] = path
-        self._queue.put((self._seq, data))
-
-    def _handle(self, message: tuple[int, EncodedError | None]) -> None:
-        seq, error = message
-        path = self._pending.pop(seq)
-        self._done(path, None if error is None else decode_exception(error))
-
-    def _collect(self) -> None:
-        if not self._started:
-            return
-        while self._results.poll():
-            self._handle(self._results.recv())
-        if not self._consumer.is_alive():  # killed: restart on the next call
-            self._started = False
-            _live.discard(self)
-            self._stop_consumer()
-
-    def _stop_consumer(self) -> None:
-        if self._consumer.is_alive():
-            self._queue.put(None)
-        else:  # nobody will read what is still buffered: do not wait to flush it
-            self._queue.cancel_join_thread()
-        while True:
-            try:
-                message = self._results.recv()
-            except EOFError:
-                break
-            self._handle(message)
-        self._consumer.join()
-        self._results.close()
-        self._queue.close()
-        self._queue.join_thread()
-        code = self._consumer.exitcode
-        for path in self._pending.values():
-            self._done(
-                path,
-                RuntimeError(
-                    f"the ProcessQueueWriter consumer exited with code {code} before "
-                    f"writing {path!r}"
-                ),
-            )
-        self._pending.clear()

@@ -8,7 +8,12 @@ import torch
 
 from pytorch_pfn_extras.writing._atomic import save_to_bytes
 from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
-from pytorch_pfn_extras.writing._writer_base import SaveFun, Writer, check_savefun
+from pytorch_pfn_extras.writing._writer_base import (
+    SaveFun,
+    Writer,
+    check_savefun,
+    resolve_savefun,
+)
 
 __all__ = ["SimpleWriter"]
 
@@ -28,7 +33,8 @@ class SimpleWriter(Writer):
     copying the file atomically, fsync'ed (see :meth:`Writer.save`).
 
     Args:
-        savefun: ``savefun(target, fileobj, **kwds)``; ``torch.save`` by default.
+        savefun: ``savefun(target, fileobj, **kwds)``; ``torch.save`` by default
+            (also when ``None``).
         fs: Filesystem to write to; the local filesystem by default.
         out_dir: Default output directory (see :meth:`Writer.initialize`).
         **kwds: Keyword arguments passed to every ``savefun`` call (for
@@ -43,13 +49,13 @@ class SimpleWriter(Writer):
 
     def __init__(
         self,
-        savefun: SaveFun = torch.save,
+        savefun: SaveFun | None = torch.save,
         fs: FileSystem | None = None,
         out_dir: str = "",
         **kwds: Any,
     ) -> None:
         super().__init__(fs=fs, out_dir=out_dir)
-        self._savefun = check_savefun(savefun, "SimpleWriter")
+        self._savefun = resolve_savefun(savefun, type(self).__name__)
         self._kwds = kwds
 
     @property
@@ -67,7 +73,7 @@ class SimpleWriter(Writer):
         append: bool = False,
     ) -> None:
         """Write ``target`` to ``out_dir/filename`` now (appends: see the class docstring)."""
-        fun = self._savefun if savefun is None else check_savefun(savefun, "SimpleWriter")
+        fun = self._savefun if savefun is None else check_savefun(savefun, type(self).__name__)
         if append and self.writes_in_place:
             self.write_in_place(filename, out_dir, save_to_bytes(target, fun, self._kwds))
             return

@@ -8,7 +8,13 @@ memory exactly as ``torch.save`` would record them.
 
 For process writers, :func:`pack` puts all tensor data in one flat buffer, so a
 target with thousands of tensors crosses the process boundary as one shared
-memory block (one file descriptor), and :func:`unpack` rebuilds it.
+memory block (one file descriptor), and :func:`unpack` rebuilds it without
+copying: each storage of the rebuilt target is a view of its span of the buffer.
+
+A buffer that will be pickled is allocated in shared memory right away
+(``shared=True``): letting pickling move an ordinary 8 MB buffer into shared
+memory, write after write, makes glibc's heap grow without bound in both
+processes (``benchmarks/queue_writer_memory.py --writer ProcessQueueWriter``).
 """
 
 from __future__ import annotations
@@ -205,8 +211,14 @@ class _PackCopier(_Copier):
         )
 
 
-def pack(target: Any) -> PackedTarget:
-    """Copy ``target`` for another process: tensor data goes to one flat buffer."""
+def pack(target: Any, *, shared: bool = False) -> PackedTarget:
+    """Copy ``target`` for another process: tensor data goes to one flat buffer.
+
+    Args:
+        target: The object to copy.
+        shared: Allocate the buffer in shared memory (for a target that will be
+            pickled to another process; a forked child inherits an ordinary one).
+    """
     copier = _PackCopier()
     skeleton = copier.copy(target)
     spans: list[tuple[int, int]] = []
@@ -215,7 +227,13 @@ def pack(target: Any) -> PackedTarget:
         nbytes = storage.nbytes()
         spans.append((total, nbytes))
         total += -(-nbytes // _ALIGN) * _ALIGN
-    buffer = torch.empty(total, dtype=torch.uint8)
+    if shared and total:
+        # torch's own allocator for storages sent to other processes (honours the sharing
+        # strategy); a heap buffer would be copied there by pickling.
+        memory = torch.UntypedStorage._new_shared(total)  # type: ignore[no-untyped-call]
+        buffer = torch.empty(0, dtype=torch.uint8).set_(memory)
+    else:
+        buffer = torch.empty(total, dtype=torch.uint8)
     for storage, (offset, nbytes) in zip(copier.sources, spans):
         if nbytes:
             buffer[offset : offset + nbytes].copy_(_bytes_view(storage))
@@ -225,6 +243,7 @@ def pack(target: Any) -> PackedTarget:
 class _Unpacker:
     def __init__(self, packed: PackedTarget) -> None:
         self.packed = packed
+        self.memory: numpy.ndarray[Any, Any] | None = None
         self.storages: dict[int, torch.UntypedStorage] = {}
         self.visited: set[int] = set()
         self.tensors: dict[int, torch.Tensor] = {}
@@ -233,8 +252,16 @@ class _Unpacker:
         storage = self.storages.get(index)
         if storage is None:
             offset, nbytes = self.packed.spans[index]
-            data = self.packed.buffer[offset : offset + nbytes].clone()
-            storage = self.storages[index] = data.untyped_storage()
+            if nbytes == 0:
+                storage = torch.empty(0, dtype=torch.uint8).untyped_storage()
+            else:
+                # A storage of its own over the span (saved as its own bytes, like the
+                # original), sharing the buffer's memory instead of copying it.
+                if self.memory is None:
+                    self.memory = self.packed.buffer.numpy()
+                span = self.memory[offset : offset + nbytes]
+                storage = torch.frombuffer(span, dtype=torch.uint8).untyped_storage()
+            self.storages[index] = storage
         return storage
 
     def tensor(self, ref: _TensorRef) -> torch.Tensor:
@@ -278,5 +305,5 @@ class _Unpacker:
 
 
 def unpack(packed: PackedTarget) -> Any:
-    """Rebuild the target packed by :func:`pack` (each storage copied out)."""
+    """Rebuild the target packed by :func:`pack`; its storages are views of the buffer."""
     return _Unpacker(packed).fill(packed.skeleton)

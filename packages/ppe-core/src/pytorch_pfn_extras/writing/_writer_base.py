@@ -8,6 +8,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+import torch
+
 from pytorch_pfn_extras.writing._atomic import (
     SaveFun,
     remove_stale_temporaries,
@@ -16,7 +18,7 @@ from pytorch_pfn_extras.writing._atomic import (
 )
 from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
 
-__all__ = ["PostSaveHook", "SaveFun", "Writer", "check_savefun"]
+__all__ = ["PostSaveHook", "SaveFun", "Writer", "check_savefun", "resolve_savefun"]
 
 PostSaveHook = Callable[[str], None]
 
@@ -30,6 +32,11 @@ def check_savefun(savefun: Any, owner: str) -> SaveFun:
         )
         raise TypeError(message)
     return savefun  # type: ignore[no-any-return]
+
+
+def resolve_savefun(savefun: Any, owner: str) -> SaveFun:
+    """``torch.save`` for ``None`` (as in PPE), else ``savefun`` checked by :func:`check_savefun`."""
+    return torch.save if savefun is None else check_savefun(savefun, owner)
 
 
 def _check_fs(fs: Any, owner: str) -> FileSystem:
@@ -110,7 +117,8 @@ class Writer(abc.ABC):
             out_dir: Output directory; created if missing.
             target: The object to save.
             savefun: ``savefun(target, fileobj, **kwds)`` writing to a binary
-                file object; the writer's own ``savefun`` when ``None``.
+                file object; the writer's own ``savefun`` when ``None`` (itself
+                ``torch.save`` unless the writer was given another).
             append: Append the new data to the current content of the file
                 instead of replacing it: atomically by copying the file (see
                 :meth:`save`), or, for :class:`SimpleWriter` on the local
@@ -139,7 +147,7 @@ class Writer(abc.ABC):
         filename: str,
         out_dir: str,
         target: Any,
-        savefun: SaveFun,
+        savefun: SaveFun | None,
         append: bool,
         **savefun_kwargs: Any,
     ) -> None:
@@ -157,13 +165,15 @@ class Writer(abc.ABC):
             filename: File name relative to ``out_dir``.
             out_dir: Output directory; created if missing.
             target: The object to save.
-            savefun: Called as ``savefun(target, fileobj, **savefun_kwargs)``.
+            savefun: Called as ``savefun(target, fileobj, **savefun_kwargs)``;
+                ``torch.save`` when ``None``.
             append: Keep the current content and add the new data after it.
             **savefun_kwargs: Extra keyword arguments of ``savefun``.
         """
+        fun = resolve_savefun(savefun, type(self).__name__)
         path = self._destination(filename, out_dir)
         self._scan(os.path.dirname(path))
-        write_atomic(self.fs, path, target, savefun, append, savefun_kwargs)
+        write_atomic(self.fs, path, target, fun, append, savefun_kwargs)
         self._run_post_save_hooks(path)
 
     @property
