@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +21,7 @@ import torch
 from pytorch_pfn_extras.writing import (
     ProcessQueueWriter,
     ProcessWriter,
+    QueueWriter,
     RemoteTraceback,
     ThreadQueueWriter,
     ThreadWriter,
@@ -185,12 +185,13 @@ def test_failure_is_raised_on_finalize_with_the_original_error(
 def test_failure_is_raised_by_the_next_call(
     tmp_path: Path, helpers: ModuleType, writer_class: type[Writer]
 ) -> None:
-    writer = writer_class(savefun=helpers.failing_save)  # type: ignore[call-arg]
+    # The next call waits for the failed write: a thread/process writer joins its previous
+    # worker, a queue writer with one slot waits for it to free.
+    kwargs: dict[str, Any] = {"max_pending": 1} if issubclass(writer_class, QueueWriter) else {}
+    writer = writer_class(savefun=helpers.failing_save, **kwargs)
     writer("f", str(tmp_path), [1])
     with pytest.raises(helpers.SaveFailedError, match="cannot save a list"):
-        for _ in range(200):  # a queue writer raises once the failure is known
-            writer("f", str(tmp_path), [1])
-            time.sleep(0.02)
+        writer("f", str(tmp_path), [1])
     with contextlib.suppress(helpers.SaveFailedError):  # writes queued meanwhile fail too
         writer.finalize()
 

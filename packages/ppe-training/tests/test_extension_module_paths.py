@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -260,13 +259,15 @@ def test_util_progress_bar_redraws_in_place_on_a_terminal() -> None:
     assert log.getvalue() == "0 items\ndone\n1 items\ndone\n"
 
 
-def test_util_progress_bar_measures_the_speed() -> None:
+def test_util_progress_bar_measures_the_speed(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(util.time, "perf_counter", lambda: now[0])  # a clock the test moves
     bar = _Counter(io.StringIO())
     assert bar.update_speed(0, 0.0) == (float("inf"), float("inf"))
-    time.sleep(0.01)
-    per_iteration, per_epoch = bar.update_speed(10, 0.5)
-    assert 0 < per_iteration < 1000
-    assert per_epoch == pytest.approx(per_iteration / 20)
+    now[0] += 2.0
+    assert bar.update_speed(10, 0.5) == (5.0, 0.25)
+    now[0] += 3.0
+    assert bar.update_speed(40, 2.0) == (8.0, 0.4)  # since the oldest of the last 10 calls
 
 
 def test_util_progress_bar_needs_the_lines_from_a_subclass() -> None:

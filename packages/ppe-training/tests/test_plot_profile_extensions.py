@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -199,13 +198,20 @@ def time_summary() -> Iterator[None]:
 
 
 def _train_recorded(manager: ExtensionsManager, sleeps: list[float]) -> None:
-    while not manager.stop_trigger:
-        with manager.run_iteration():
-            with record("sleep"):
-                time.sleep(sleeps[manager.iteration])
-            # An exact timing next to the measured one.
-            get_time_summary().add("fixed", sleeps[manager.iteration])
-            reporting.report({"loss": 1.0})
+    """Each iteration, a ``record("sleep")`` section lasting ``sleeps[i]`` on a fake clock
+    (no wall-clock time), and the same duration added directly as ``fixed``."""
+    summary = get_time_summary()
+    now = [1000.0]
+    clock, summary.clock = summary.clock, lambda: now[0]
+    try:
+        while not manager.stop_trigger:
+            with manager.run_iteration():
+                with record("sleep"):
+                    now[0] += sleeps[manager.iteration]
+                summary.add("fixed", sleeps[manager.iteration])
+                reporting.report({"loss": 1.0})
+    finally:
+        summary.clock = clock
 
 
 @pytest.mark.usefixtures("time_summary")
@@ -221,11 +227,9 @@ def test_profile_report_reports_and_logs_record_timings(tmp_path: Path) -> None:
     for entry, pair in zip(entries, (sleeps[:2], sleeps[2:]), strict=True):
         assert entry["fixed"] == pytest.approx(np.mean(pair))
         assert (entry["fixed.min"], entry["fixed.max"]) == (min(pair), max(pair))
-        # Measured by record(): a sleep never ends early; a loaded machine may make it late.
-        assert min(pair) <= entry["sleep.min"] < min(pair) + 0.2
-        assert max(pair) <= entry["sleep.max"] < max(pair) + 0.2
-        assert entry["sleep.min"] <= entry["sleep"] <= entry["sleep.max"]
-        assert entry["sleep"] == pytest.approx((entry["sleep.min"] + entry["sleep.max"]) / 2)
+        # Measured by record() on the fake clock: exactly the durations.
+        assert entry["sleep"] == pytest.approx(np.mean(pair))
+        assert (entry["sleep.min"], entry["sleep.max"]) == pytest.approx((min(pair), max(pair)))
     assert profile.log == entries
     # The timings were reported into the observation: the LogReport sees them.
     assert [e["sleep.max"] for e in log.log] == [e["sleep.max"] for e in entries]
