@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import default_collate
 
-from pytorch_pfn_extras.dataloaders import DataLoader
+from pytorch_pfn_extras.dataloaders import DataLoader, dataloader
 from pytorch_pfn_extras.dataloaders.utils import CollateAsDict
 from pytorch_pfn_extras.dataset import TabularDataset, tabular
 
@@ -185,3 +186,16 @@ def test_collate_as_dict_errors_name_the_mismatch() -> None:
         CollateAsDict(["x", "t", "u"])([(1, 2), (3, 4)])
     with pytest.raises(TypeError, match="names must be a sequence of str, got 'xt'"):
         CollateAsDict("xt")
+
+
+def test_collate_as_dict_passes_every_argument_to_collate_fn() -> None:
+    collate = CollateAsDict(["n", "extra"], collate_fn=lambda batch, extra: [len(batch), extra])
+    assert collate([(1, 2), (3, 4)], extra=5) == {"n": 2, "extra": 5}
+
+
+def test_dataloader_has_torchs_signature_at_ppes_module_paths() -> None:
+    # PPE 0.9's DataLoader is torch's class: same parameters, by position and keyword.
+    assert inspect.signature(DataLoader) == inspect.signature(torch.utils.data.DataLoader)
+    assert dataloader.DataLoader is DataLoader
+    loader = DataLoader(list(range(5)), 2, False, None, None, 0, None, False, True)  # drop_last
+    assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]

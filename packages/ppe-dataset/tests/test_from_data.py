@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
@@ -199,3 +200,16 @@ def test_a_callable_without_a_key_raises_value_error(data: Any, where: str, size
     with pytest.raises(ValueError, match=message):
         tabular.from_data(data, size=size)
     assert tabular.from_data(("sq", square), size=3).fetch() == [0, 1, 4]
+
+
+def test_ppe_module_paths_keep_tabular_from_data_the_function() -> None:
+    # Importing a submodule binds it on its package: it must not hide the function.
+    module = importlib.import_module("pytorch_pfn_extras.dataset.tabular.from_data")
+    assert tabular.from_data is module.from_data
+    assert len(tabular.from_data({"x": np.arange(3)})) == 3
+    delegate_dataset = importlib.import_module(
+        "pytorch_pfn_extras.dataset.tabular.delegate_dataset"
+    )
+    assert delegate_dataset.DelegateDataset is tabular.DelegateDataset
+    tabular_dataset = importlib.import_module("pytorch_pfn_extras.dataset.tabular.tabular_dataset")
+    assert tabular_dataset.TabularDataset is TabularDataset

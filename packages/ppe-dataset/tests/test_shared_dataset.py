@@ -9,7 +9,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
-from pytorch_pfn_extras.dataset import InfiniteCache, ItemNotFoundException, SharedDataset
+from pytorch_pfn_extras.dataset import (
+    InfiniteCache,
+    ItemNotFoundException,
+    SharedDataset,
+    shared_dataset,
+)
+from pytorch_pfn_extras.dataset.shared_dataset import Cache
 
 needs_fork = pytest.mark.skipif(
     "fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method"
@@ -150,3 +156,64 @@ def test_dataloader_workers_share_the_cache_and_read_each_item_once() -> None:
     served, cached = ds.served_by, ds.cached_by
     assert bool((served >= 0).all())
     assert bool((served != cached).all())
+
+
+class _DictCache(Cache):
+    """A user's cache written against PPE's ``shared_dataset.Cache`` base class."""
+
+    def __init__(self, sm_size: int) -> None:
+        self.items: dict[int, Any] = {}
+
+    def is_cached(self, idx: int) -> bool:
+        return idx in self.items
+
+    def add_to_cache(self, idx: int, x: Any) -> None:
+        self.items[idx] = x
+
+    def get_value(self, idx: int) -> Any:
+        try:
+            return self.items[idx]
+        except KeyError:
+            raise ItemNotFoundException(idx) from None
+
+
+def test_a_cache_subclassing_ppe_cache_serves_the_dataset() -> None:
+    ds = SharedDataset(4, cache_type=_DictCache)
+    assert isinstance(ds.cache, Cache) and not ds.is_cached(idx=1)
+    ds.cache_item(idx=1, x="one")
+    assert ds.is_cached(1) and ds[1] == "one"
+    with pytest.raises(ItemNotFoundException):
+        ds[2]
+
+
+def test_a_cache_subclass_must_implement_every_method() -> None:
+    class Incomplete(Cache):
+        def is_cached(self, idx: int) -> bool:
+            return False
+
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete()  # type: ignore[abstract]
+
+
+def test_infinite_cache_takes_ppe09_arguments() -> None:
+    cache = InfiniteCache(3)
+    assert isinstance(cache, Cache)
+    cache.add_to_cache(idx=0, x=torch.tensor(2.0))
+    assert cache.get_value(idx=0).item() == 2.0
+    integers = InfiniteCache(3, dtype=torch.int64)  # dtype: ours, keyword-only
+    integers.add_to_cache(0, 2)
+    assert integers.get_value(0).dtype == torch.int64
+    with pytest.raises(TypeError, match="positional"):
+        InfiniteCache(3, torch.int64)  # type: ignore[misc]
+
+
+def test_ppe_module_path_holds_the_same_classes() -> None:
+    assert shared_dataset.SharedDataset is SharedDataset
+    assert shared_dataset.InfiniteCache is InfiniteCache
+    assert shared_dataset.ItemNotFoundException is ItemNotFoundException
+    assert sorted(shared_dataset.__all__) == [
+        "Cache",
+        "InfiniteCache",
+        "ItemNotFoundException",
+        "SharedDataset",
+    ]

@@ -226,7 +226,6 @@ def test_dict_iterators_and_targets_with_eval_func() -> None:
     assert evaluator.get_all_iterators() == loaders
     assert evaluator.get_target("other") is models["other"]
     assert evaluator.get_all_targets() == models
-    assert evaluator.eval_func is eval_func
     result = evaluator()
     assert set(result) == {"main/loss", "other/loss"}
     x, y = batches[0]["x"], batches[0]["y"]
@@ -360,3 +359,35 @@ Pair = collections.namedtuple("Pair", ["x", "y"])
 )
 def test_batch_size_of(batch: Any, expected: int | None) -> None:
     assert batch_size_of(batch) == expected
+
+
+def test_a_subclass_overriding_eval_func_evaluates_each_batch() -> None:
+    class Doubling(Evaluator):
+        def eval_func(self, x: torch.Tensor) -> None:
+            reporting.report({"double": x.sum() * 2})
+
+    # No 'main' target: the override evaluates the batches.
+    result = Doubling([torch.ones(2), torch.ones(2)], {"net": torch.nn.Linear(1, 1)})()
+    assert result == {"double": pytest.approx(4.0)}
+
+
+def test_eval_func_calls_the_given_function_or_the_main_target() -> None:
+    model = Regressor()
+    x, y = torch.ones(2, 3), torch.zeros(2, 1)
+    assert Evaluator([], model, eval_func=lambda x, y: "given").eval_func(x, y=y) == "given"
+    with torch.no_grad():
+        assert torch.equal(Evaluator([], model).eval_func(x, y=y), model.linear(x))
+
+
+def test_options_pass_through_kwargs_as_in_ppe(capsys: pytest.CaptureFixture[str]) -> None:
+    class PPEStyle(Evaluator):
+        def __init__(self, iterator: Any, target: Any, **kwargs: Any) -> None:
+            super().__init__(iterator, target, **kwargs)
+
+    seen: list[bool] = []
+    options = {"progress_bar": True, "metrics": [lambda batch, out, last: seen.append(last)]}
+    PPEStyle([torch.ones(2), torch.ones(2)], Regressor(), eval_func=lambda x: None, **options)()
+    assert seen == [False, True]
+    assert "2/2 iterations" in capsys.readouterr().out
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['device'\]"):
+        PPEStyle([], Regressor(), device="cpu")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import math
 from typing import Any
@@ -268,6 +269,24 @@ def test_make_extension_sets_defaults_and_hooks(tmp_path: Any) -> None:
     manager.extend(ext)
     _run(manager)
     assert events == ["init@0", "call@2", "call@4", "final"]
+
+
+def test_make_extension_hooks_default_to_callable_no_ops_as_in_ppe(tmp_path: Any) -> None:
+    # PPE's defaults are no-op lambdas: code that forwards them (or calls them) keeps working.
+    defaults = inspect.signature(make_extension).parameters
+    manager = ExtensionsManager({}, {}, 1, iters_per_epoch=2, out_dir=tmp_path)
+    assert defaults["finalizer"].default(manager) is None
+    assert defaults["initializer"].default(manager) is None
+    assert defaults["on_error"].default(manager, ValueError(), None) is None
+    calls: list[int] = []
+    forwarded = make_extension(
+        finalizer=defaults["finalizer"].default,
+        initializer=defaults["initializer"].default,
+        on_error=defaults["on_error"].default,
+    )(lambda m: calls.append(m.iteration))
+    manager.extend(forwarded)
+    _run(manager)
+    assert calls == [1, 2]
 
 
 def test_make_extension_rejects_unknown_options() -> None:

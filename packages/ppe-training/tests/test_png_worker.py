@@ -186,3 +186,26 @@ def test_a_dead_worker_warns_once_and_plots_are_drawn_here(
 def test_background_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="background must be a bool, got 'no'"):
         PlotReport(["loss"], background="no")
+
+
+def test_save_plot_using_module_draws_with_pyplot_now(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    statistics = _statistics(filename="now_{iteration}.png", background=False)
+    manager = _run(tmp_path / "run", statistics)
+    statistics.save_plot_using_module(pyplot, manager)
+    drawn = (tmp_path / "run" / "now_12.png").read_bytes()
+    assert drawn.startswith(PNG_SIGNATURE)
+    assert drawn == statistics.render()  # the same image as the extension's own drawing
+    assert pyplot.get_fignums() == []  # the pyplot figure was closed
+
+
+def test_state_objects_follow_the_protocol() -> None:
+    from pytorch_pfn_extras.training import StateObjectProtocol
+
+    optimizer = torch.optim.SGD(_MODEL.parameters(), lr=0.1)
+    assert isinstance(torch.optim.lr_scheduler.StepLR(optimizer, 1), StateObjectProtocol)
+    assert not isinstance(object(), StateObjectProtocol)

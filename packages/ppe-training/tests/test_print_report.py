@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import subprocess
 import sys
@@ -233,3 +234,11 @@ def test_picks_the_notebook_variants_inside_a_jupyter_kernel_only() -> None:
     total, epoch, status = lines["bar"].split(" ", 2)
     assert (float(total), float(epoch)) == (1.0, 1.0)
     assert status.startswith("6 iter, 2 epoch / 2 epochs<br>")
+
+
+def test_default_stream_follows_a_later_redirection(tmp_path: Path) -> None:
+    report = PrintReport(["epoch", "iteration"])  # created before the redirection
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        _train(tmp_path, [LogReport(), report], epochs=2)
+    assert buffer.getvalue().split() == ["epoch", "iteration", "1", "4", "2", "8"]

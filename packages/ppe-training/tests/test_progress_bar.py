@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 from pathlib import Path
@@ -212,3 +213,47 @@ def test_reporting_cuda_tensors_does_not_synchronize_the_device(tmp_path: Path) 
     with manager.run_iteration():
         reporting.report({"loss": torch.zeros((), device="cuda")})
     assert manager.get_extension("LogReport").log[0]["iteration"] == 300
+
+
+def test_default_stream_follows_a_later_redirection(tmp_path: Path) -> None:
+    bar = ProgressBar(update_interval=10, bar_length=20)  # created before the redirection
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        _run(tmp_path, bar, epochs=1)
+    assert [u["iteration"] for u in _updates(buffer.getvalue())] == ["10"]
+
+
+def test_update_takes_ppe09_arguments_by_keyword() -> None:
+    out = io.StringIO()
+    bar = ProgressBar(training_length=(2, "epoch"), bar_length=20, out=out)
+    bar.update(iteration=15, epoch_detail=1.5)
+    (update,) = _updates(out.getvalue())
+    assert (update["total"], update["epoch"], update["iteration"], update["epochs"]) == (
+        "75.00",
+        "50.00",
+        "15",
+        "1",
+    )
+
+    notebook = ProgressBarNotebook(training_length=(2, "epoch"))
+    notebook.update(iteration=5, epoch_detail=0.5)
+    assert (notebook.total_bar.value, notebook.epoch_bar.value) == (0.25, 0.5)
+    assert notebook.status.value.startswith("5 iter, 0 epoch / 2 epochs<br>")
+
+
+@pytest.mark.parametrize("cls", [ProgressBar, ProgressBarNotebook])
+def test_a_subclass_overriding_update_sees_every_update(tmp_path: Path, cls: type) -> None:
+    seen: list[tuple[int, float]] = []
+
+    class Recording(cls):  # type: ignore[misc]
+        def update(self, iteration: int, epoch_detail: float) -> None:
+            seen.append((iteration, epoch_detail))
+            super().update(iteration, epoch_detail)
+
+    _run(tmp_path, Recording(update_interval=5, out=io.StringIO()), epochs=2, iters_per_epoch=10)
+    assert seen == [(5, 0.5), (10, 1.0), (15, 1.5), (20, 2.0)]
+
+
+def test_update_before_the_length_is_known_says_what_to_do() -> None:
+    with pytest.raises(RuntimeError, match=r"training_length=\(length, unit\)"):
+        ProgressBar(out=io.StringIO()).update(1, 0.5)

@@ -329,11 +329,11 @@ def test_other_threads_keep_their_updates_during_recomputation() -> None:
     assert int(other.num_batches_tracked) == 2
 
 
-def test_unknown_keyword_raises_type_error_naming_it() -> None:
+def test_an_unknown_keyword_reaches_the_function_which_names_it() -> None:
     bn = torch.nn.BatchNorm1d(4)
-    x = torch.randn(8, 4)
-    with pytest.raises(TypeError, match="use_reentrant"):
-        checkpoint(bn, x, use_reentrant=True)  # type: ignore[call-arg]
+    x = torch.randn(8, 4, requires_grad=True)
+    with pytest.raises(TypeError, match="colour"):
+        checkpoint(bn, x, colour="red")
 
 
 def test_non_callable_function_raises_type_error_naming_its_type() -> None:
@@ -352,3 +352,22 @@ def test_gradients_and_running_stats_match_a_plain_forward_on_cuda(kind: str) ->
     # CUDA backward runs on autograd's device thread, which then enters the recomputation.
     block, shape = _block(kind)
     _run_both(block, shape, _apply, device="cuda")
+
+
+def test_keyword_arguments_reach_the_function_and_torch_options_are_taken() -> None:
+    linear = torch.nn.Linear(3, 3)
+
+    def scaled(x: torch.Tensor, *, scale: float) -> torch.Tensor:
+        return linear(x) * scale
+
+    x = torch.randn(2, 3, requires_grad=True)
+    y = checkpoint(scaled, x, scale=3.0, preserve_rng_state=False, determinism_check="none")
+    torch.testing.assert_close(y, linear(x) * 3.0)
+    y.sum().backward()
+    assert x.grad is not None
+    with torch.no_grad():
+        torch.testing.assert_close(checkpoint(scaled, x, scale=2.0), linear(x) * 2.0)
+    with pytest.raises(ValueError, match=r"checkpoint\(use_reentrant=True\) is not supported"):
+        checkpoint(scaled, x, scale=1.0, use_reentrant=True)
+    with pytest.raises(ValueError, match="sets its own context_fn"):
+        checkpoint(scaled, x, scale=1.0, context_fn=lambda: None)

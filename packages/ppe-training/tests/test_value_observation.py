@@ -85,6 +85,8 @@ def test_observed_tensors_are_stored_detached(tmp_path: Path) -> None:
         (lambda: observe_lr(_optimizer(), param_group=1), IndexError, "has 1 parameter group"),
         (lambda: observe_lr(_optimizer(), param_group="0"), TypeError, "index, got '0'"),  # type: ignore[arg-type]
         (lambda: observe_lr(_optimizer(), trigger=(1, "hour")), ValueError, "hour"),
+        # PPE 0.9 has no trigger parameter: ours is keyword-only, past PPE's three.
+        (lambda: observe_lr(_optimizer(), 0, "lr", (1, "epoch")), TypeError, "positional"),  # type: ignore[call-arg]
     ],
 )
 def test_rejects_bad_arguments(make: Any, error: type, match: str) -> None:

@@ -29,7 +29,7 @@ class CollateAsDict:
     """
 
     def __init__(
-        self, names: Sequence[str], collate_fn: Callable[[Any], Any] = default_collate
+        self, names: Sequence[str], collate_fn: Callable[..., Any] = default_collate
     ) -> None:
         if isinstance(names, str) or not all(isinstance(name, str) for name in names):
             message = f"names must be a sequence of str, got {names!r}"
@@ -37,8 +37,9 @@ class CollateAsDict:
         self._names = tuple(names)
         self._collate_fn = collate_fn
 
-    def __call__(self, batch: Any) -> dict[str, Any]:
-        values = self._collate_fn(batch)
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Collate with ``collate_fn`` (given every argument) and name the values."""
+        values = self._collate_fn(*args, **kwargs)
         if len(values) != len(self._names):
             message = (
                 f"CollateAsDict has {len(self._names)} names {self._names!r} but the collated "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -53,3 +54,10 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
             *args,
             **kwargs,
         )
+
+    # The arguments after ``collate_fn`` go to torch unchanged: show torch's signature (that of
+    # the installed version) to ``inspect``, ``help()`` and IDEs, as PPE 0.9, whose DataLoader
+    # is torch's class.
+    __init__.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+        torch.utils.data.DataLoader.__init__
+    )

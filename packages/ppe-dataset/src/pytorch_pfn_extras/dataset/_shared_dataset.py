@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import abc
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch.utils.data import Dataset
@@ -14,17 +15,28 @@ class ItemNotFoundException(LookupError):
     """Raised when an item is looked up in a cache that does not hold it yet."""
 
 
-class CacheLike(Protocol):
-    """What :class:`SharedDataset` needs from its cache."""
+@runtime_checkable
+class Cache(Protocol):
+    """What :class:`SharedDataset` needs from its cache.
 
-    def is_cached(self, idx: int) -> bool: ...
+    Subclass it, as PPE's caches do (a subclass must implement the three methods), or write
+    any class with these methods.
+    """
 
-    def add_to_cache(self, idx: int, value: Any) -> None: ...
+    @abc.abstractmethod
+    def is_cached(self, idx: int) -> bool:
+        """Whether item ``idx`` is in the cache."""
 
-    def get_value(self, idx: int) -> Any: ...
+    @abc.abstractmethod
+    def add_to_cache(self, idx: int, x: Any) -> None:
+        """Store ``x`` as item ``idx``."""
+
+    @abc.abstractmethod
+    def get_value(self, idx: int) -> Any:
+        """Item ``idx``; raises :class:`ItemNotFoundException` if it is not cached."""
 
 
-class InfiniteCache:
+class InfiniteCache(Cache):
     """A cache that holds every item, preallocated in shared memory and never evicted.
 
     The storage is a tensor of shape ``sm_size`` (one item per row: ``sm_size[0]`` items of
@@ -37,7 +49,7 @@ class InfiniteCache:
         dtype: Element type of the storage; cached values are converted to it.
     """
 
-    def __init__(self, sm_size: int | Sequence[int], dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, sm_size: int | Sequence[int], *, dtype: torch.dtype = torch.float32) -> None:
         shape = _as_shape(sm_size)
         self._data = _shared_zeros(shape, dtype)
         self._flags = _shared_zeros(shape[:1], torch.bool)
@@ -50,10 +62,10 @@ class InfiniteCache:
         """Whether item ``idx`` is in the cache."""
         return bool(self._flags[self._check(idx)])
 
-    def add_to_cache(self, idx: int, value: Any) -> None:
-        """Store ``value`` (a tensor, array or number of the item shape) as item ``idx``."""
+    def add_to_cache(self, idx: int, x: Any) -> None:
+        """Store ``x`` (a tensor, array or number of the item shape) as item ``idx``."""
         i = self._check(idx)
-        tensor = torch.as_tensor(value)
+        tensor = torch.as_tensor(x)
         if tensor.shape != self._item_shape:
             message = (
                 f"cannot cache item {i}: its shape is {tuple(tensor.shape)} but the cache holds "
@@ -96,8 +108,8 @@ class SharedDataset(Dataset[Any]):
 
     Args:
         sm_size: Shape of the shared storage: ``(number_of_items, *item_shape)``.
-        cache_type: Called as ``cache_type(sm_size)`` to create the cache (an object with
-            ``is_cached``, ``add_to_cache`` and ``get_value``).
+        cache_type: Called as ``cache_type(sm_size)`` to create the cache (a :class:`Cache`:
+            an object with ``is_cached``, ``add_to_cache`` and ``get_value``).
         dtype: Element type of the storage (``cache_type(sm_size, dtype=dtype)``); the cache's
             default (``torch.float32`` for :class:`InfiniteCache`) when ``None``.
 
@@ -120,7 +132,7 @@ class SharedDataset(Dataset[Any]):
     def __init__(
         self,
         sm_size: int | Sequence[int],
-        cache_type: Callable[..., CacheLike] = InfiniteCache,
+        cache_type: Callable[..., Cache] = InfiniteCache,
         *,
         dtype: torch.dtype | None = None,
     ) -> None:

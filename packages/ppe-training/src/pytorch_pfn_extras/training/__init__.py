@@ -5,6 +5,7 @@ from __future__ import annotations
 from pytorch_pfn_extras.training import (
     extension,
     extensions,
+    manager,
     metrics,
     trigger,
     triggers,
@@ -21,7 +22,10 @@ from pytorch_pfn_extras.training._extension import (
 )
 from pytorch_pfn_extras.training._ignite_manager import IgniteExtensionsManager
 from pytorch_pfn_extras.training._manager import ExtensionsManager
-from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+from pytorch_pfn_extras.training._manager_protocol import (
+    ExtensionsManagerProtocol,
+    StateObjectProtocol,
+)
 from pytorch_pfn_extras.training._metrics import AccuracyMetric
 from pytorch_pfn_extras.training._trainer import Trainer
 from pytorch_pfn_extras.training._trigger_util import (
@@ -42,6 +46,7 @@ __all__ = [
     "ExtensionsManager",
     "ExtensionsManagerProtocol",
     "IgniteExtensionsManager",
+    "StateObjectProtocol",
     "Trainer",
     "Trigger",
     "__version__",
@@ -49,6 +54,7 @@ __all__ = [
     "extensions",
     "get_trigger",
     "make_extension",
+    "manager",
     "metrics",
     "trigger",
     "triggers",

@@ -140,9 +140,9 @@ def make_extension(
     trigger: TriggerLike = (1, "iteration"),
     default_name: str | None = None,
     priority: int = PRIORITY_READER,
-    finalizer: Callable[..., Any] | None = None,
-    initializer: Callable[..., Any] | None = None,
-    on_error: ErrorHandler | None = None,
+    finalizer: Callable[..., Any] | None = _no_op_hook,
+    initializer: Callable[..., Any] | None = _no_op_hook,
+    on_error: ErrorHandler | None = _no_op_on_error,
     **kwargs: Any,
 ) -> Callable[[ExtensionLike], ExtensionLike]:
     """Decorator that turns a function ``fn(manager)`` into an extension.
@@ -154,9 +154,10 @@ def make_extension(
         default_name: Default name; the function's ``__name__`` when ``None``.
         priority: Default priority.
         finalizer: Called with the manager at the end of training (a function taking no
-            argument is called without it).
+            argument is called without it); does nothing by default (``None`` too).
         initializer: Called with the manager before the first iteration (likewise).
-        on_error: ``on_error(manager, exc, tb)``, called when an iteration raises.
+        on_error: ``on_error(manager, exc, tb)``, called when an iteration raises; does
+            nothing by default (``None`` too).
         **kwargs: ``needs_model_state`` and ``is_async`` (booleans).
 
     Returns:

@@ -118,7 +118,7 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
         writer: Writer | None = None,
         enable_profile: bool = False,
         enable_trace: bool = False,
-        state_objects: Mapping[str, Any] | None = None,
+        state_objects: Mapping[str, Any] | None = {},
     ) -> None:
         ignite_engine = import_ignite()
         if not isinstance(engine, ignite_engine.Engine):

@@ -118,7 +118,7 @@ class ExtensionsManager(_BaseExtensionsManager):
         transform_model: TransformModel = lambda n, x: x,
         enable_profile: bool = False,
         enable_trace: bool = False,
-        state_objects: Mapping[str, Any] | None = None,
+        state_objects: Mapping[str, Any] | None = {},
     ) -> None:
         if (
             isinstance(iters_per_epoch, bool)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -98,5 +98,25 @@ class ExtensionsManagerProtocol(Protocol):
         ...
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`state_dict`."""
+        ...
+
+
+@runtime_checkable
+class StateObjectProtocol(Protocol):
+    """What the manager needs of a state object (a scheduler, a grad scaler, a wrapper...):
+    ``state_dict()`` and ``load_state_dict(state_dict)``, saved in snapshots under
+    ``state_objects``.
+
+    Example:
+        >>> isinstance(torch.optim.lr_scheduler.StepLR(optimizer, 1), StateObjectProtocol)
+        True
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the object's state (tensors, numbers, strings, lists and dicts)."""
+        ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a state returned by :meth:`state_dict`."""
         ...

@@ -26,12 +26,15 @@ class Trigger(abc.ABC):
     def __call__(self, manager: ExtensionsManagerProtocol) -> bool:
         """Return whether the trigger fires after the manager's current iteration."""
 
-    def may_fire(self, iteration: int, epoch_length: int) -> bool:
+    def may_fire(self, iteration: int, epoch_len: int) -> bool:
         """Return whether the trigger may fire at ``iteration`` (no side effect).
+
+        The manager calls it positionally, so an override may name its parameters as it likes
+        (most of PPE's built-in triggers use ``epoch_length``).
 
         Args:
             iteration: The iteration count to ask about.
-            epoch_length: Iterations per epoch.
+            epoch_len: Iterations per epoch.
 
         Returns:
             ``False`` only when the trigger certainly does not fire there; used to know
@@ -43,8 +46,13 @@ class Trigger(abc.ABC):
         """Return the trigger's state (empty for stateless triggers)."""
         return {}
 
-    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:  # noqa: B027
-        """Restore a state returned by :meth:`state_dict`."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027
+        """Restore a state returned by :meth:`state_dict`.
+
+        Args:
+            state: The state; called positionally, so an override may name it ``to_load``
+                (as most of PPE's built-in triggers do).
+        """
 
 
 TriggerLike: TypeAlias = (
@@ -58,7 +66,7 @@ class _NeverFireTrigger(Trigger):
     def __call__(self, manager: ExtensionsManagerProtocol) -> bool:
         return False
 
-    def may_fire(self, iteration: int, epoch_length: int) -> bool:
+    def may_fire(self, iteration: int, epoch_len: int) -> bool:
         return False
 
     def __repr__(self) -> str:
@@ -78,10 +86,10 @@ class _CallableTrigger(Trigger):
         state_dict = getattr(self._fn, "state_dict", None)
         return dict(state_dict()) if callable(state_dict) else {}
 
-    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         load_state_dict = getattr(self._fn, "load_state_dict", None)
         if callable(load_state_dict):
-            load_state_dict(to_load)
+            load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"get_trigger({self._fn!r})"

@@ -1,4 +1,8 @@
-"""Trigger utilities: :func:`get_trigger` and the :class:`Trigger` base class."""
+"""Trigger utilities: :func:`get_trigger`, the :class:`Trigger` base class and IntervalTrigger.
+
+PPE 0.9 keeps :class:`~pytorch_pfn_extras.training.triggers.IntervalTrigger` here too, the
+trigger that a ``(period, unit)`` tuple becomes.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,10 @@ from pytorch_pfn_extras.training._trigger_util import (
     UnitLiteral,
     get_trigger,
 )
+from pytorch_pfn_extras.training.triggers._interval_trigger import IntervalTrigger
 
 __all__ = [
+    "IntervalTrigger",
     "Trigger",
     "TriggerLike",
     "UnitLiteral",

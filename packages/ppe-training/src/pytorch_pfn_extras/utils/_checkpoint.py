@@ -93,7 +93,10 @@ def _contexts() -> tuple[contextlib.nullcontext[None], _KeepRunningStats]:
     return contextlib.nullcontext(), _KeepRunningStats()
 
 
-def checkpoint(function: Callable[..., _T], *args: Any, preserve_rng_state: bool = True) -> _T:
+_TORCH_OPTIONS = ("preserve_rng_state", "determinism_check", "debug")
+
+
+def checkpoint(function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """Run ``function`` without keeping its activations; recompute them in backward.
 
     Like :func:`torch.utils.checkpoint.checkpoint` (non-reentrant), except that the
@@ -107,15 +110,19 @@ def checkpoint(function: Callable[..., _T], *args: Any, preserve_rng_state: bool
         function: The computation to checkpoint; called as ``function(*args)``.
         *args: Positional arguments for ``function``; tensors among them need not require
             grad.
-        preserve_rng_state: Replay the forward's random number generator state in the
-            recomputation, so that dropout and other random operations give the same
-            result and the gradients equal those without checkpointing.
+        **kwargs: Options of :func:`torch.utils.checkpoint.checkpoint`:
+            ``preserve_rng_state`` (``True``: replay the forward's random number generator
+            state in the recomputation, so that dropout gives the same result and the
+            gradients equal those without checkpointing), ``determinism_check``, ``debug``,
+            and ``use_reentrant=False`` (the only mode that keeps the statistics right);
+            other keywords are passed to ``function``.
 
     Returns:
         What ``function(*args)`` returns (a tensor or a tuple of them, for instance).
 
     Raises:
         TypeError: If ``function`` is not callable.
+        ValueError: ``use_reentrant=True``, or a ``context_fn`` (checkpoint brings its own).
 
     Example:
         >>> block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
@@ -128,13 +135,24 @@ def checkpoint(function: Callable[..., _T], *args: Any, preserve_rng_state: bool
     if not callable(function):
         message = f"checkpoint needs a callable function, got {type(function).__name__}"
         raise TypeError(message)
+    if kwargs.pop("use_reentrant", False):
+        message = (
+            "checkpoint(use_reentrant=True) is not supported: the running statistics are kept "
+            "right only by the non-reentrant implementation (use_reentrant=False)"
+        )
+        raise ValueError(message)
+    if "context_fn" in kwargs:
+        message = "checkpoint sets its own context_fn (to update the running statistics once)"
+        raise ValueError(message)
+    options = {name: kwargs.pop(name) for name in _TORCH_OPTIONS if name in kwargs}
     if not torch.is_grad_enabled():
-        return function(*args)
+        return function(*args, **kwargs)
     output = torch.utils.checkpoint.checkpoint(
         function,
         *args,
         use_reentrant=False,
-        preserve_rng_state=preserve_rng_state,
         context_fn=_contexts,
+        **options,
+        **kwargs,
     )
     return cast(_T, output)

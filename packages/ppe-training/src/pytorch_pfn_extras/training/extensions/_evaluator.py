@@ -189,6 +189,13 @@ def _check_metric(metric_fn: Any) -> MetricFn:
     return metric_fn  # type: ignore[no-any-return]
 
 
+def _reject_unknown(owner: str, kwargs: Mapping[str, Any], accepted: str) -> None:
+    """PPE takes the options as ``**kwargs``; ours are keyword-only: anything else is a typo."""
+    if kwargs:
+        message = f"{owner} got unexpected keyword arguments {sorted(kwargs)}; accepted: {accepted}"
+        raise TypeError(message)
+
+
 def _run_metric(metric_fn: MetricFn, batch: Any, outputs: Any, is_last: bool) -> None:
     values = metric_fn(batch, outputs, is_last)
     if values is None:
@@ -214,7 +221,7 @@ class Evaluator(Extension):
     ``self`` as observer gives ``validation/main/loss``.
 
     :meth:`evaluate` puts the targets in eval mode, calls ``eval_hook(self)``, then calls
-    ``eval_func`` on each batch of the ``'main'`` iterator (a dict batch as keyword
+    :meth:`eval_func` on each batch of the ``'main'`` iterator (a dict batch as keyword
     arguments, a tuple or list as positional arguments, anything else as one argument) and
     each metric with ``(batch, outputs, last_iteration)``. The values reported for a batch
     are weighted by its size (the first dimension of the first tensor in the batch), so the
@@ -223,8 +230,8 @@ class Evaluator(Extension):
     also when the evaluation raises. No reported tensor is converted to a Python number
     before the final mean (one host transfer per device).
 
-    Override :meth:`evaluate` to change the loop; it runs with the evaluation reporter
-    current.
+    Override :meth:`evaluate` to change the loop (it runs with the evaluation reporter
+    current), or :meth:`eval_func` to change what is done with each batch.
 
     Args:
         iterator: The validation data (a ``DataLoader`` or any iterable of batches), or a
@@ -240,6 +247,8 @@ class Evaluator(Extension):
             ``eval_func`` on each batch; ``last_iteration`` is true for the last batch. A
             metric reports its values with :func:`~pytorch_pfn_extras.reporting.report`, or
             returns a dict of values to report.
+        **kwargs: PPE's signature takes ``progress_bar`` and ``metrics`` from ``**kwargs``;
+            any other keyword raises a TypeError.
 
     Raises:
         TypeError: An iterator that is not iterable, a target that is not a module, a hook,
@@ -264,7 +273,9 @@ class Evaluator(Extension):
         *,
         progress_bar: bool = False,
         metrics: Iterable[MetricFn] | None = None,
+        **kwargs: Any,
     ) -> None:
+        _reject_unknown(type(self).__name__, kwargs, "progress_bar, metrics")
         self._iterators: dict[str, Iterable[Any]] = _named(
             iterator, "iterator", _is_iterable, "an iterable of batches"
         )
@@ -275,18 +286,16 @@ class Evaluator(Extension):
             if fn is not None and not callable(fn):
                 message = f"Evaluator: {what} must be callable or None, got {type(fn).__name__}"
                 raise TypeError(message)
-        if eval_func is None:
-            if "main" not in self._targets:
-                message = (
-                    "Evaluator: without eval_func, the 'main' target is called on each batch, "
-                    f"but the targets are {sorted(self._targets)}; pass eval_func="
-                )
-                raise ValueError(message)
-            eval_func = self._targets["main"]
+        overridden = type(self).eval_func is not Evaluator.eval_func
+        if eval_func is None and not overridden and "main" not in self._targets:
+            message = (
+                "Evaluator: without eval_func, the 'main' target is called on each batch, "
+                f"but the targets are {sorted(self._targets)}; pass eval_func="
+            )
+            raise ValueError(message)
         self.eval_hook: EvalHook | None = eval_hook
         """Function to prepare for each evaluation, called with the evaluator."""
-        self.eval_func: Callable[..., Any] = eval_func
-        """Evaluation function called on each batch."""
+        self._eval_func = eval_func
         self._progress_bar = bool(progress_bar)
         self._metrics: list[MetricFn] = [_check_metric(m) for m in metrics or ()]
         self._status: IterationStatus | None = None
@@ -300,6 +309,19 @@ class Evaluator(Extension):
     def status(self) -> IterationStatus | None:
         """Progress of the running (or last) evaluation; ``None`` before the first."""
         return self._status
+
+    def eval_func(self, *args: Any, **kwargs: Any) -> Any:
+        """Evaluate one batch: call the constructor's ``eval_func``, else the ``'main'`` target.
+
+        :meth:`evaluate` calls it with the batch unpacked (a dict as keyword arguments, a
+        tuple or list as positional arguments, anything else as one argument); override it
+        in a subclass to change what is done with each batch.
+
+        Returns:
+            What the function or the target returns (passed to the metrics).
+        """
+        fn = self._eval_func if self._eval_func is not None else self._targets["main"]
+        return fn(*args, **kwargs)
 
     def add_metric(self, metric_fn: MetricFn) -> None:
         """Add a metric ``metric_fn(batch, outputs, last_iteration)`` called on each batch.
@@ -430,6 +452,7 @@ class IgniteEvaluator(Evaluator):
         metrics: Callables ``metric_fn(batch, outputs, last_iteration)`` called after each
             iteration with the engine's ``state.batch`` and ``state.output``;
             ``last_iteration`` is true on the last one when the epoch length is known.
+        **kwargs: As in PPE's signature; any other keyword raises a TypeError.
 
     Raises:
         ImportError: pytorch-ignite is not installed.
@@ -452,7 +475,9 @@ class IgniteEvaluator(Evaluator):
         eval_hook: EvalHook | None = None,
         progress_bar: bool = False,
         metrics: Iterable[MetricFn] | None = None,
+        **kwargs: Any,
     ) -> None:
+        _reject_unknown(type(self).__name__, kwargs, "eval_hook, progress_bar, metrics")
         engine_module = import_ignite("IgniteEvaluator")
         if not isinstance(evaluator, engine_module.Engine):
             message = (

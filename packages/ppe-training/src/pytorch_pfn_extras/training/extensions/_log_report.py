@@ -13,6 +13,7 @@ from typing import IO, TYPE_CHECKING, Any
 from pytorch_pfn_extras.reporting import DictSummary
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
+from pytorch_pfn_extras.training.extensions._bytes import write_bytes
 
 if TYPE_CHECKING:
     import pandas
@@ -202,10 +203,6 @@ def _read_log(path: str | os.PathLike[str], format: str | None = None) -> list[A
     return [_parse_record(record, fmt) for _, record in _records(data, fmt)]
 
 
-def _write_bytes(data: bytes, fileobj: IO[bytes], **kwargs: Any) -> None:
-    fileobj.write(data)
-
-
 def _write_entries(
     entries: list[dict[str, Any]], fileobj: IO[bytes], fmt: str = "json", **kwargs: Any
 ) -> None:
@@ -381,7 +378,7 @@ class LogReport(Extension):
             if kept is None:
                 writer(filename, out, [entry], savefun=savefun, append=True)
             else:
-                writer(filename, out, kept + _encode([entry], self._format), savefun=_write_bytes)
+                writer(filename, out, kept + _encode([entry], self._format), savefun=write_bytes)
         else:
             writer(filename, out, [entry], savefun=savefun, append=True)
         self._n_written += 1
@@ -405,7 +402,7 @@ class LogReport(Extension):
             # The log (of the snapshot, when resuming) replaces the file atomically; this
             # also repairs a file torn by a killed process.
             data = _encode(self._log, self._format)
-            writer(filename, out, data, savefun=_write_bytes)
+            writer(filename, out, data, savefun=write_bytes)
             return len(data) - 2 if self._format == "json" else len(data)
         # Append mode: keep the complete records (up to the snapshot when resuming) and cut
         # off the rest (a torn record, entries written after the snapshot) by writing there.

@@ -9,12 +9,13 @@ import sys
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytorch_pfn_extras.reporting import DictSummary
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 from pytorch_pfn_extras.training.extensions import _png_render, _png_worker
+from pytorch_pfn_extras.training.extensions._bytes import write_bytes
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
@@ -56,10 +57,6 @@ def plot_filename(owner: str, filename: str | None, default: str, kwargs: Mappin
         message = f"{owner}: filename must be a non-empty string, got {filename!r}"
         raise ValueError(message)
     return filename
-
-
-def _write_bytes(data: bytes, fileobj: IO[bytes], **kwargs: Any) -> None:
-    fileobj.write(data)
 
 
 class _Image:
@@ -135,7 +132,7 @@ class PngExtension(Extension):
             return
         filename = self._filename.format(epoch=manager.epoch, iteration=manager.iteration)
         if not self._background:
-            writer(filename, manager.out, self.render(), savefun=_write_bytes)
+            writer(filename, manager.out, self.render(), savefun=write_bytes)
             return
         image = _Image(filename, manager.out, writer, self._spec())
         images = self._images
@@ -184,7 +181,7 @@ class PngExtension(Extension):
         self._send()
 
     def _emit(self, image: _Image, png: bytes) -> None:
-        image.writer(image.filename, image.out, png, savefun=_write_bytes)
+        image.writer(image.filename, image.out, png, savefun=write_bytes)
 
     def flush(self) -> None:
         """Write every image not written yet, waiting for the worker to draw them."""

@@ -118,58 +118,70 @@ def draw_variable_statistics(state: State, spec: Spec) -> bytes:
     ``spec['data']`` has a row per sampled iteration (``spec['idxs']``), a panel per key, and
     per panel the mean, the std (those chosen) and the percentiles of ``spec['sigmas']``.
     """
-    import numpy as np
     from matplotlib.figure import Figure
+
+    with _rc(spec):
+        figure = Figure(figsize=variable_statistics_size(spec), layout="constrained")
+        draw_variable_statistics_on(figure, spec)
+        return _png(figure)
+
+
+def variable_statistics_size(spec: Spec) -> tuple[float, float]:
+    """The figure size of VariableStatisticsPlot's image, in inches."""
+    figsize = spec["figsize"]
+    return (6.4 * len(spec["keys"]), 4.8) if figsize is None else tuple(figsize)
+
+
+def draw_variable_statistics_on(figure: Any, spec: Spec) -> None:
+    """Draw VariableStatisticsPlot's panels on ``figure`` (any matplotlib figure)."""
+    import numpy as np
 
     keys: list[str] = spec["keys"]
     idxs, data = spec["idxs"], spec["data"]
     sigmas: tuple[float, ...] = spec["sigmas"]
     marker = spec["marker"]
     n_bands = len(sigmas) // 2
-    with _rc(spec):
-        figure = Figure(figsize=spec["figsize"] or (6.4 * len(keys), 4.8), layout="constrained")
-        axes_list = figure.subplots(1, len(keys), squeeze=False)[0]
-        for k, (key, axes) in enumerate(zip(keys, axes_list, strict=True)):
-            rows = data[:, k, :]
-            column = 0
-            mean = std = None
-            if spec["collect_mean"]:
-                mean = rows[:, column]
-                column += 1
-            if spec["collect_std"]:
-                std = rows[:, column]
-                column += 1
-            percentiles = rows[:, column:]
-            for band in range(n_bands):
-                low, high = percentiles[:, band], percentiles[:, -band - 1]
-                label = f"{sigmas[band]:g}-{sigmas[-band - 1]:g} %ile"
-                alpha = 0.15 + 0.5 * (band + 1) / (n_bands + 1)
-                axes.fill_between(idxs, low, high, color="tab:blue", alpha=alpha, lw=0, label=label)
-            if len(sigmas) % 2:
-                axes.plot(idxs, percentiles[:, n_bands], color="navy", lw=1, label="median")
-            if mean is not None:
-                axes.plot(idxs, mean, color="tab:red", marker=marker, label="mean")
-            if std is not None:
-                center = mean if mean is not None else np.zeros_like(std)
-                name = "mean ± std" if mean is not None else "± std"
-                for sign in (1, -1):
-                    axes.plot(
-                        idxs,
-                        center + sign * std,
-                        color="tab:orange",
-                        ls="--",
-                        marker=marker,
-                        label=name if sign == 1 else None,
-                    )
-            axes.set_title(key)
-            axes.set_xlabel("iteration")
-            if spec["grid"]:
-                axes.grid()
-        # One legend for all panels, beside them (the panels share their artists' labels).
-        handles, labels = axes_list[0].get_legend_handles_labels()
-        if handles:
-            figure.legend(handles, labels, loc="outside right upper", fontsize="small")
-        return _png(figure)
+    axes_list = figure.subplots(1, len(keys), squeeze=False)[0]
+    for k, (key, axes) in enumerate(zip(keys, axes_list, strict=True)):
+        rows = data[:, k, :]
+        column = 0
+        mean = std = None
+        if spec["collect_mean"]:
+            mean = rows[:, column]
+            column += 1
+        if spec["collect_std"]:
+            std = rows[:, column]
+            column += 1
+        percentiles = rows[:, column:]
+        for band in range(n_bands):
+            low, high = percentiles[:, band], percentiles[:, -band - 1]
+            label = f"{sigmas[band]:g}-{sigmas[-band - 1]:g} %ile"
+            alpha = 0.15 + 0.5 * (band + 1) / (n_bands + 1)
+            axes.fill_between(idxs, low, high, color="tab:blue", alpha=alpha, lw=0, label=label)
+        if len(sigmas) % 2:
+            axes.plot(idxs, percentiles[:, n_bands], color="navy", lw=1, label="median")
+        if mean is not None:
+            axes.plot(idxs, mean, color="tab:red", marker=marker, label="mean")
+        if std is not None:
+            center = mean if mean is not None else np.zeros_like(std)
+            name = "mean ± std" if mean is not None else "± std"
+            for sign in (1, -1):
+                axes.plot(
+                    idxs,
+                    center + sign * std,
+                    color="tab:orange",
+                    ls="--",
+                    marker=marker,
+                    label=name if sign == 1 else None,
+                )
+        axes.set_title(key)
+        axes.set_xlabel("iteration")
+        if spec["grid"]:
+            axes.grid()
+    # One legend for all panels, beside them (the panels share their artists' labels).
+    handles, labels = axes_list[0].get_legend_handles_labels()
+    if handles:
+        figure.legend(handles, labels, loc="outside right upper", fontsize="small")
 
 
 DRAW: dict[str, Callable[[State, Spec], bytes]] = {

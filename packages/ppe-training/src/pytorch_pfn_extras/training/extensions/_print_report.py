@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import io
 import sys
 from collections.abc import Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training.extensions._log_report import LogReport
@@ -17,6 +18,36 @@ if TYPE_CHECKING:
 _MIN_WIDTH = 10
 _FIRST = ("epoch", "iteration")
 _LAST = ("elapsed_time",)
+
+
+class _StandardOutput(io.TextIOBase):
+    """``sys.stdout`` as it is at each write: the default ``out`` of the report extensions.
+
+    PPE's default is ``sys.stdout`` as it was when the module was imported, which misses a
+    later ``contextlib.redirect_stdout`` (or pytest's ``capsys``); this stream follows it.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        stream = sys.stdout
+        if stream is not None:  # None at interpreter shutdown
+            stream.flush()
+
+    def isatty(self) -> bool:
+        isatty = getattr(sys.stdout, "isatty", None)
+        return callable(isatty) and bool(isatty())
+
+    def writable(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "<stdout>"
+
+
+STDOUT = cast("IO[str]", _StandardOutput())
+"""Default ``out`` of PrintReport and ProgressBar: the current standard output."""
 
 
 def in_notebook() -> bool:
@@ -82,7 +113,8 @@ class PrintReport(Extension):
         log_report: The name of a ``LogReport`` registered to the manager, or a
             ``LogReport`` instance that this extension drives itself (call it, save its
             state).
-        out: Stream to print to; standard output (looked up at each print) by default.
+        out: Stream to print to; by default standard output, looked up at each print (so
+            ``contextlib.redirect_stdout`` applies); ``None`` means the same.
 
     Raises:
         TypeError: ``log_report`` is neither a string nor a ``LogReport``, or ``entries``
@@ -97,8 +129,8 @@ class PrintReport(Extension):
     priority = PRIORITY_READER
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PrintReport:
-        out = kwargs.get("out", args[2] if len(args) > 2 else None)
-        if cls is PrintReport and out is None and in_notebook():
+        out = kwargs.get("out", args[2] if len(args) > 2 else STDOUT)
+        if cls is PrintReport and (out is None or out is STDOUT) and in_notebook():
             cls = PrintReportNotebook
         return super().__new__(cls)
 
@@ -106,7 +138,7 @@ class PrintReport(Extension):
         self,
         entries: Sequence[str] | None = None,
         log_report: str | LogReport = "LogReport",
-        out: IO[str] | None = None,
+        out: IO[str] | None = STDOUT,
     ) -> None:
         if isinstance(entries, str):
             message = f"PrintReport: entries must be a sequence of keys, got the str {entries!r}"
@@ -121,7 +153,7 @@ class PrintReport(Extension):
         self._entries: list[str] = [] if entries is None else list(entries)
         self._log_report = log_report
         self._log: LogReport | None = None
-        self._out = out
+        self._out = STDOUT if out is None else out
         self._n_printed = 0
         self._header_shown = False
 
@@ -191,7 +223,7 @@ class PrintReport(Extension):
         return True
 
     def _render(self, log: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
-        out = self._out if self._out is not None else sys.stdout
+        out = self._out
         widths = [max(_MIN_WIDTH, len(key)) for key in self._entries]
         parts = []
         if not self._header_shown:
@@ -259,7 +291,7 @@ class PrintReportNotebook(PrintReport):
         self,
         entries: Sequence[str] | None = None,
         log_report: str | LogReport = "LogReport",
-        out: IO[str] | None = None,
+        out: IO[str] | None = STDOUT,
     ) -> None:
         super().__init__(entries, log_report, out)
         self.widget = import_ipywidgets("PrintReportNotebook").HTML(value="")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import collections
 import datetime
 import html
-import sys
+import math
 import time
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.training.extensions._print_report import (
+    STDOUT,
     display,
     import_ipywidgets,
     in_notebook,
@@ -74,12 +75,16 @@ def _length_of(manager: ExtensionsManagerProtocol) -> tuple[float, str]:
     return float(length), str(unit)
 
 
-def _epoch_fraction(iteration: int, iters_per_epoch: int) -> float:
-    """Fraction of the current epoch done; a just completed epoch is full, not empty."""
-    done = iteration % iters_per_epoch
-    if done == 0 and iteration > 0:
+def _epoch_fraction(iteration: int, epoch_detail: float) -> float:
+    """Fraction of the current epoch done; a just completed epoch is full, not empty.
+
+    ``epoch_detail`` is ``iteration / iters_per_epoch``: a whole number exactly at the end of
+    an epoch (the quotient of two integers is rounded correctly).
+    """
+    fraction = epoch_detail - math.floor(epoch_detail)
+    if fraction == 0 and iteration > 0:
         return 1.0
-    return done / iters_per_epoch
+    return fraction
 
 
 def _bar(fraction: float, length: int) -> str:
@@ -116,13 +121,17 @@ class ProgressBar(Extension):
     previous one, without control characters. Inside a Jupyter notebook (with ipywidgets
     installed) ``ProgressBar(...)`` without ``out`` creates a :class:`ProgressBarNotebook`.
 
+    Each update goes through :meth:`update`, which subclasses may override (as PPE's
+    ``ProgressBarNotebook.update``).
+
     Args:
         training_length: ``(length, unit)`` of the whole training, ``unit`` being
             ``'iteration'`` or ``'epoch'``; by default taken from the manager's stop trigger
             (``max_epochs``).
         update_interval: Number of iterations between two updates.
         bar_length: Length of the bars in characters.
-        out: Stream to print to; standard output (looked up at each print) by default.
+        out: Stream to print to; by default standard output, looked up at each print (so
+            ``contextlib.redirect_stdout`` applies); ``None`` means the same.
 
     Raises:
         ValueError: A malformed ``training_length``, or a non-positive ``update_interval``
@@ -136,8 +145,8 @@ class ProgressBar(Extension):
     priority = PRIORITY_READER
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ProgressBar:
-        out = kwargs.get("out", args[3] if len(args) > 3 else None)
-        if cls is ProgressBar and out is None and in_notebook():
+        out = kwargs.get("out", args[3] if len(args) > 3 else STDOUT)
+        if cls is ProgressBar and (out is None or out is STDOUT) and in_notebook():
             cls = ProgressBarNotebook
         return super().__new__(cls)
 
@@ -146,16 +155,19 @@ class ProgressBar(Extension):
         training_length: tuple[float, str] | None = None,
         update_interval: int = 100,
         bar_length: int = 50,
-        out: IO[str] | None = None,
+        out: IO[str] | None = STDOUT,
     ) -> None:
         self._training_length = _check_length(training_length)
         self._update_interval = _check_positive_int(update_interval, "update_interval")
         # The manager skips the other iterations without calling the extension.
         self.trigger = (self._update_interval, "iteration")
         self._bar_length = _check_positive_int(bar_length, "bar_length")
-        self._out = out
+        self._out = STDOUT if out is None else out
         self._length: tuple[float, str] | None = self._training_length
-        self._timings: collections.deque[tuple[int, float]] = collections.deque(maxlen=_N_TIMINGS)
+        # (iteration, epoch_detail, time) of the last updates
+        self._timings: collections.deque[tuple[int, float, float]] = collections.deque(
+            maxlen=_N_TIMINGS
+        )
         self._shown_at = -1
         self._drawn_in_place = False
 
@@ -164,39 +176,53 @@ class ProgressBar(Extension):
         if self._length is None:
             self._length = _length_of(manager)
         self._timings.clear()
-        self._timings.append((manager.iteration, time.perf_counter()))
+        self._timings.append((manager.iteration, manager.epoch_detail, time.perf_counter()))
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Update the bar every ``update_interval`` iterations."""
         if manager.iteration % self._update_interval:
             return
-        self._update(manager)
-
-    def _update(self, manager: ExtensionsManagerProtocol) -> None:
-        iteration = manager.iteration
-        now = time.perf_counter()
-        timings = self._timings
-        if not timings:  # called without initialize()
+        if not self._timings:  # called without initialize()
             self.initialize(manager)
-        timings.append((iteration, now))
-        self._shown_at = iteration
-        self._render(self._status(manager, iteration, now))
+        self.update(manager.iteration, manager.epoch_detail)
 
-    def _status(self, manager: ExtensionsManagerProtocol, iteration: int, now: float) -> _Status:
+    def update(self, iteration: int, epoch_detail: float) -> None:
+        """Show the progress after ``iteration`` iterations, ``epoch_detail`` epochs.
+
+        Args:
+            iteration: Iterations done.
+            epoch_detail: Epochs done, with the fraction of the current one.
+
+        Raises:
+            RuntimeError: The length of training is unknown: no ``training_length`` was
+                given and the manager has not initialized the extension yet.
+        """
+        if self._length is None:
+            message = (
+                f"{type(self).__name__}.update needs the length of training: pass "
+                "training_length=(length, unit), or let the manager initialize the extension"
+            )
+            raise RuntimeError(message)
+        now = time.perf_counter()
+        self._timings.append((iteration, epoch_detail, now))
+        self._shown_at = iteration
+        self._render(self._status(iteration, epoch_detail, now))
+
+    def _status(self, iteration: int, epoch_detail: float, now: float) -> _Status:
         assert self._length is not None
         length, unit = self._length
-        iters_per_epoch = manager.iters_per_epoch
-        total_iterations = length if unit == "iteration" else length * iters_per_epoch
-        old_iteration, old_time = self._timings[0]
+        done = iteration if unit == "iteration" else epoch_detail
+        old_iteration, old_epoch_detail, old_time = self._timings[0]
         speed = eta = None
-        if iteration > old_iteration and now > old_time:
+        old_done = old_iteration if unit == "iteration" else old_epoch_detail
+        if iteration > old_iteration and now > old_time and done > old_done:
             speed = (iteration - old_iteration) / (now - old_time)
-            eta = max(total_iterations - iteration, 0) / speed
+            eta = max(length - done, 0) * (now - old_time) / (done - old_done)
         return _Status(
-            total=iteration / total_iterations,
-            epoch=_epoch_fraction(iteration, iters_per_epoch),
+            total=done / length,
+            epoch=_epoch_fraction(iteration, epoch_detail),
             iteration=iteration,
-            epoch_count=manager.epoch,
+            epoch_count=math.floor(epoch_detail),
             length=length,
             unit=unit,
             speed=speed,
@@ -214,7 +240,7 @@ class ProgressBar(Extension):
         ]
 
     def _render(self, status: _Status, final: bool = False) -> None:
-        out = self._out if self._out is not None else sys.stdout
+        out = self._out
         lines = self._lines(status)
         isatty = getattr(out, "isatty", None)
         if callable(isatty) and isatty():
@@ -236,10 +262,11 @@ class ProgressBar(Extension):
         if iteration == self._shown_at and not self._drawn_in_place:
             return
         now = time.perf_counter()
+        epoch_detail = manager.epoch_detail
         if iteration != self._timings[-1][0]:
-            self._timings.append((iteration, now))
+            self._timings.append((iteration, epoch_detail, now))
         self._shown_at = iteration
-        self._render(self._status(manager, iteration, now), final=True)
+        self._render(self._status(iteration, epoch_detail, now), final=True)
 
 
 class ProgressBarNotebook(ProgressBar):
@@ -256,6 +283,8 @@ class ProgressBarNotebook(ProgressBar):
         bar_length: Ignored (the widgets have their own width).
         out: Ignored (accepted so that ``ProgressBar(...)`` can create this class).
 
+    :meth:`update` (``update(iteration, epoch_detail)``, as in PPE) refreshes the widgets.
+
     Raises:
         ImportError: ipywidgets is not installed.
 
@@ -268,7 +297,7 @@ class ProgressBarNotebook(ProgressBar):
         training_length: tuple[float, str] | None = None,
         update_interval: int = 100,
         bar_length: int = 50,
-        out: IO[str] | None = None,
+        out: IO[str] | None = STDOUT,
     ) -> None:
         super().__init__(training_length, update_interval, bar_length, out)
         widgets = import_ipywidgets("ProgressBarNotebook")

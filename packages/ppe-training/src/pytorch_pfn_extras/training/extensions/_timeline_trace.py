@@ -5,21 +5,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.profiler import ChromeTracer, Tracer, get_tracer
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
+from pytorch_pfn_extras.training.extensions._bytes import write_bytes
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
     from pytorch_pfn_extras.writing import Writer
 
 _KWARGS = ("writer",)
-
-
-def _write_bytes(data: bytes, fileobj: IO[bytes], **kwargs: Any) -> None:
-    fileobj.write(data)
 
 
 def _closing_bytes() -> bytes:
@@ -140,7 +137,7 @@ class TimelineTrace(Extension):
                     self._filename,
                     writer.out_dir,
                     _closing_bytes(),
-                    savefun=_write_bytes,
+                    savefun=write_bytes,
                     append=True,
                 )
                 # The next flush of this tracer starts a new file.

@@ -67,6 +67,7 @@ def observe_lr(
     optimizer: torch.optim.Optimizer,
     param_group: int = 0,
     observation_key: str = "lr",
+    *,
     trigger: TriggerLike = (1, "epoch"),
 ) -> Callable[[ExtensionsManagerProtocol], None]:
     """Return an extension to record the learning rate.
@@ -78,7 +79,8 @@ def observe_lr(
         optimizer: Optimizer whose learning rate is recorded.
         param_group: Index of the parameter group of the optimizer to observe.
         observation_key: Key of the observation to record.
-        trigger: When to record it; each epoch by default.
+        trigger: When to record it; each epoch by default (keyword-only: PPE 0.9 has no
+            such parameter).
 
     Returns:
         The extension.

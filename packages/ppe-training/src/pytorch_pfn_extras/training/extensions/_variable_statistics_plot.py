@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ import torch
 from pytorch_pfn_extras.training._extension import PRIORITY_READER
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 from pytorch_pfn_extras.training.extensions import _png_render
+from pytorch_pfn_extras.training.extensions._bytes import write_bytes
 from pytorch_pfn_extras.training.extensions._plot_report import (
     PlotReport,
     PngExtension,
@@ -67,7 +69,7 @@ class Reservoir:
     """
 
     def __init__(
-        self, size: int, data_shape: tuple[int, ...], dtype: Any = np.float32, seed: int = 0
+        self, size: int, data_shape: tuple[int, ...], dtype: Any = np.float32, *, seed: int = 0
     ) -> None:
         if type(size) is not int or size < 1:
             message = f"Reservoir: size must be a positive int, got {size!r}"
@@ -350,6 +352,30 @@ class VariableStatisticsPlot(PngExtension):
             "grid": self._grid,
             "rc": _png_render.changed_rc(),
         }
+
+    def save_plot_using_module(self, plt: Any, manager: ExtensionsManagerProtocol) -> None:
+        """Draw the plot on a figure of ``plt`` (pyplot, or a module with its ``figure`` and
+        ``close``) in this process and write it now, as PPE's extension does at its trigger.
+
+        Args:
+            plt: ``matplotlib.pyplot``.
+            manager: The manager whose writer and output directory are used.
+        """
+        writer = self._writer if self._writer is not None else manager.writer
+        if writer is None:
+            return
+        spec = self._spec()
+        figure = plt.figure(
+            figsize=_png_render.variable_statistics_size(spec), layout="constrained"
+        )
+        try:
+            _png_render.draw_variable_statistics_on(figure, spec)
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png")
+        finally:
+            plt.close(figure)
+        filename = self._filename.format(epoch=manager.epoch, iteration=manager.iteration)
+        writer(filename, manager.out, buffer.getvalue(), savefun=write_bytes)
 
     def state_dict(self) -> dict[str, Any]:
         """Return the sampled statistics and the state of the plot trigger."""

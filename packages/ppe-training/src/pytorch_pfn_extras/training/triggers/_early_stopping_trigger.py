@@ -142,15 +142,15 @@ class EarlyStoppingTrigger(Trigger):
             "max_trigger": self._max_trigger.state_dict(),
         }
 
-    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a state returned by :meth:`state_dict`."""
-        best = to_load["best"]
+        best = state["best"]
         self._best = None if best is None else float(best)
-        self._count = int(to_load["count"])
+        self._count = int(state["count"])
         self._summary = DictSummary()
-        self._summary.load_state_dict(to_load["summary"])
-        self._interval_trigger.load_state_dict(to_load.get("interval_trigger", {}))
-        self._max_trigger.load_state_dict(to_load.get("max_trigger", {}))
+        self._summary.load_state_dict(state["summary"])
+        self._interval_trigger.load_state_dict(state.get("interval_trigger", {}))
+        self._max_trigger.load_state_dict(state.get("max_trigger", {}))
 
     def __repr__(self) -> str:
         return (

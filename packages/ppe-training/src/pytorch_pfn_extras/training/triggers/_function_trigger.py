@@ -48,9 +48,9 @@ class FunctionTrigger(Trigger):
             return False
         return bool(self._fn(*self._args, **self._kwargs))
 
-    def may_fire(self, iteration: int, epoch_length: int) -> bool:
+    def may_fire(self, iteration: int, epoch_len: int) -> bool:
         """Return whether the interval trigger may fire at ``iteration``."""
-        return self._interval_trigger.may_fire(iteration, epoch_length)
+        return self._interval_trigger.may_fire(iteration, epoch_len)
 
     def state_dict(self) -> dict[str, Any]:
         """Return the interval trigger's state."""

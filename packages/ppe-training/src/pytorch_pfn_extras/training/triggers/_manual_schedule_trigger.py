@@ -96,9 +96,9 @@ class ManualScheduleTrigger(Trigger):
         """Return ``{'finished': bool}``."""
         return {"finished": self.finished}
 
-    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the ``finished`` flag."""
-        self.finished = bool(to_load.get("finished", False))
+        self.finished = bool(state.get("finished", False))
 
     def __repr__(self) -> str:
         return f"ManualScheduleTrigger({self.points!r}, {self.unit!r})"
