@@ -21,7 +21,18 @@ import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OWNERS: dict[str, tuple[str, ...]] = {
-    "ppe-core": ("reporting", "writing", "logging", "profiler", "runtime", "nn", "interop"),
+    "ppe-core": (
+        "reporting",
+        "writing",
+        "logging",
+        "profiler",
+        "runtime",
+        "nn",
+        "interop",
+        "ops",
+        "torchscript",
+        "testing",
+    ),
     "ppe-training": ("training", "engine", "handler", "distributed", "utils"),
     "ppe-runtime-cuda": ("cuda",),
     "ppe-onnx": ("onnx",),

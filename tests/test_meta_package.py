@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import json
-import re
 import subprocess
 import sys
 
@@ -26,9 +25,12 @@ SUBPACKAGES = (
     "logging",
     "nn",
     "onnx",
+    "ops",
     "profiler",
     "reporting",
     "runtime",
+    "testing",
+    "torchscript",
     "training",
     "utils",
     "writing",
@@ -54,6 +56,7 @@ def test_every_subpackage_is_an_attribute_of_the_namespace(name: str) -> None:
     [
         ("to", "pytorch_pfn_extras.runtime"),
         ("map", "pytorch_pfn_extras.runtime"),
+        ("compile", "pytorch_pfn_extras.runtime"),
         ("from_ndarray", "pytorch_pfn_extras.interop"),
         ("as_ndarray", "pytorch_pfn_extras.interop"),
         ("get_xp", "pytorch_pfn_extras.interop"),
@@ -70,22 +73,21 @@ def test_version_is_the_meta_package_distribution_version() -> None:
     assert ppe.__version__.startswith("1.")
 
 
-def test_requires_accepts_the_installed_torch() -> None:
-    ppe.requires("2.1.0")
-    ppe.requires("1.0", package="numpy")
-
-
-def test_requires_names_the_package_and_both_versions_when_too_old() -> None:
+def test_requires_is_true_for_the_installed_torch_and_older_versions() -> None:
     installed = importlib.metadata.version("torch")
-    with pytest.raises(
-        RuntimeError, match=rf"torch 999\.0 or newer is required, but {re.escape(installed)}"
-    ):
-        ppe.requires("999.0")
+    assert ppe.requires("2.1.0") is True
+    assert ppe.requires(installed) is True
+    assert ppe.requires(installed.split("+")[0]) is True  # a local suffix counts as the release
+    assert ppe.requires("1.0", package="numpy") is True
 
 
-def test_requires_rejects_a_missing_package_and_a_bad_version_string() -> None:
-    with pytest.raises(RuntimeError, match="no-such-dist-xyz is not installed"):
-        ppe.requires("1.0", package="no-such-dist-xyz")
+def test_requires_is_false_for_a_newer_version_or_a_missing_package() -> None:
+    assert ppe.requires("999.0") is False
+    assert ppe.requires("999.0", package="numpy") is False
+    assert ppe.requires("1.0", package="no-such-dist-xyz") is False
+
+
+def test_requires_rejects_a_bad_version_string() -> None:
     with pytest.raises(ValueError, match="'not a version'"):
         ppe.requires("not a version")
 

@@ -10,8 +10,7 @@ declares ``__all__``, ``from module import *`` brings the name too.
 
 Paths owned by components not built yet (ONNX, distributed) are strict xfails naming the issue
 that builds them: when the component lands they turn XPASS and the entries must go. Known gaps in
-code this change could not touch are strict xfails naming who fixes them (``_PENDING_*``). What
-another change is adding right now is a non-strict xfail (``_BEING_ADDED_*``).
+code this change could not touch are strict xfails naming who fixes them (``_PENDING_*``).
 """
 
 from __future__ import annotations
@@ -27,22 +26,6 @@ import pytorch_pfn_extras  # noqa: F401  (the meta-package installs every compon
 _SPEC_FILE = Path(__file__).parent / "data" / "ppe09_module_paths.txt"
 _ROOT = "pytorch_pfn_extras"
 
-# ---------------------------------------------------------------------------------------------
-# Being added by another change (ppe-core's ops, compile, torchscript, testing, logging constants,
-# requires, and the runtime signatures). Non-strict xfails: remove these entries once it lands.
-_BEING_ADDED_REASON = "being added by the runtime/top-level change"
-_BEING_ADDED_MODULES = {
-    f"{_ROOT}.ops",
-    f"{_ROOT}.ops.register",
-    f"{_ROOT}.testing",
-    f"{_ROOT}.torchscript",
-}
-_BEING_ADDED_NAMES = {
-    (_ROOT, "compile"),
-    (_ROOT, "requires"),
-    *((f"{_ROOT}.logging", level) for level in ("CRITICAL", "DEBUG", "ERROR", "INFO", "WARNING")),
-}
-# ---------------------------------------------------------------------------------------------
 
 # Components not built yet: strict xfails, naming the issue that builds them. Their packages exist
 # as placeholders (they import; only their names are missing).
@@ -83,8 +66,6 @@ def _marks(module: str, name: str | None = None) -> list[pytest.MarkDecorator]:
     reason = _PENDING_MODULES.get(module) or _PENDING_NAMES.get((module, name or ""))
     if reason is not None:
         return [pytest.mark.xfail(reason=reason, strict=True)]
-    if module in _BEING_ADDED_MODULES or (module, name) in _BEING_ADDED_NAMES:
-        return [pytest.mark.xfail(reason=_BEING_ADDED_REASON, strict=False)]
     return []
 
 

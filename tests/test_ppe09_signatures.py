@@ -32,10 +32,9 @@ Rules of the comparison, for each item that exists in our implementation:
 - ``dataloaders.DataLoader`` is torch's class in PPE 0.9 (so the listing has no entry): what our
   subclass overrides keeps torch's signatures, by the same rules.
 
-What is missing fails, except what components not built yet own (``_NOT_BUILT``, skipped) and what
-another change is adding right now (``_BEING_ADDED``, non-strict xfails).  Known differences in
-code this test's author could not change are strict xfails (``_PENDING``): when one is fixed the
-test turns XPASS, and the entry must go.
+What is missing fails, except what components not built yet own (``_NOT_BUILT``, skipped). Known
+differences are strict xfails (``_PENDING``) naming who fixes them: when one is fixed the test
+turns XPASS, and the entry must go.
 """
 
 from __future__ import annotations
@@ -60,24 +59,6 @@ from pytorch_pfn_extras.dataloaders import DataLoader
 _SPEC_FILE = Path(__file__).parent / "data" / "ppe09_signatures.txt"
 _ROOT = "pytorch_pfn_extras"
 
-# ---------------------------------------------------------------------------------------------
-# Being added by another change (ppe-core's ops, compile, torchscript, testing, logging constants,
-# requires, and the runtime signatures: ppe.to, map, runtime callbacks). Non-strict xfails: remove
-# these entries once that change lands.
-_BEING_ADDED_REASON = "being added by the runtime/top-level change"
-_BEING_ADDED = {
-    f"{_ROOT}.compile",
-    f"{_ROOT}.ops.OpDesc",
-    f"{_ROOT}.ops.register",
-    f"{_ROOT}.to",
-    f"{_ROOT}.torchscript.find_inplace",
-    f"{_ROOT}.torchscript.run_jit_pass",
-    f"{_ROOT}.runtime.BaseRuntime.eval_post_step",
-    f"{_ROOT}.runtime.BaseRuntime.train_post_step",
-    f"{_ROOT}.runtime.PyTorchRuntime.eval_post_step",
-    f"{_ROOT}.runtime.PyTorchRuntime.train_post_step",
-}
-# ---------------------------------------------------------------------------------------------
 
 # Components not built yet: what they own is skipped while it does not exist, and compared as soon
 # as it does.
@@ -92,11 +73,7 @@ _NOT_BUILT = {
 
 # Known differences in code the signature change could not touch: strict xfails naming who
 # fixes them. An entry that turns XPASS has been fixed: remove it.
-_RUNTIME = "pending: ppe-core runtime owner (CodeBlock lives in runtime/_code_block.py)"
 _PENDING: dict[str, str] = {
-    f"{_ROOT}.handler.CodeBlock.__call__": _RUNTIME,  # (self, batch), PPE (self, inputs)
-    f"{_ROOT}.handler.CodeBlock.load_state_dict": _RUNTIME,  # missing
-    f"{_ROOT}.handler.CodeBlock.state_dict": _RUNTIME,  # missing
 }
 # The same for test_overrides_keep_the_signature_ppe_inherits, by class.
 _COMPARER = "pending: ppe-training utils owner (utils/_comparer.py)"
@@ -344,8 +321,6 @@ def _check(
 def _marks(path: str) -> list[pytest.MarkDecorator]:
     if path in _PENDING:
         return [pytest.mark.xfail(reason=_PENDING[path], strict=True)]
-    if path in _BEING_ADDED:
-        return [pytest.mark.xfail(reason=_BEING_ADDED_REASON, strict=False)]
     return []
 
 

@@ -19,9 +19,12 @@ import pytorch_pfn_extras.interop
 import pytorch_pfn_extras.logging
 import pytorch_pfn_extras.nn
 import pytorch_pfn_extras.onnx
+import pytorch_pfn_extras.ops
 import pytorch_pfn_extras.profiler
 import pytorch_pfn_extras.reporting
 import pytorch_pfn_extras.runtime
+import pytorch_pfn_extras.testing
+import pytorch_pfn_extras.torchscript
 import pytorch_pfn_extras.training
 import pytorch_pfn_extras.utils
 import pytorch_pfn_extras.writing
@@ -33,18 +36,29 @@ from pytorch_pfn_extras.interop import (
     from_numpy_dtype,
     get_xp,
 )
-from pytorch_pfn_extras.runtime import map, to
+from pytorch_pfn_extras.runtime import compile, map, to
 
 
-def requires(version: str, package: str = "torch") -> None:
-    """Raise RuntimeError unless ``package`` is installed at ``version`` or newer.
+def requires(version: str, package: str = "torch") -> bool:
+    """Return whether ``package`` is installed at ``version`` or newer.
+
+    Versions compare as PEP 440 versions: a local suffix (``2.1.0+cu121``) counts as that
+    release, a pre-release (``2.2.0.dev20231010``) as older than the release.
 
     Args:
         version: The minimum version, a PEP 440 string such as ``"2.1.0"``.
         package: The distribution to check (``torch`` by default).
 
+    Returns:
+        ``True`` when the installed version is ``version`` or newer; ``False`` when it is
+        older or ``package`` is not installed.
+
+    Raises:
+        ValueError: ``version``, or the installed version, is not a PEP 440 version string.
+
     Example:
-        >>> ppe.requires("2.1.0")
+        >>> if ppe.requires("2.1.0"):
+        ...     scaler = torch.amp.GradScaler("cuda")
     """
     import importlib.metadata
 
@@ -58,17 +72,19 @@ def requires(version: str, package: str = "torch") -> None:
     try:
         installed = importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
-        message = f"{package} {version} or newer is required, but {package} is not installed"
-        raise RuntimeError(message) from None
-    if Version(installed) < wanted:
-        message = f"{package} {version} or newer is required, but {installed} is installed"
-        raise RuntimeError(message)
+        return False
+    try:
+        return Version(installed) >= wanted
+    except InvalidVersion:
+        message = f"the installed {package} has version {installed!r}, which PEP 440 cannot compare"
+        raise ValueError(message) from None
 
 
 __all__ = [
     "__version__",
     "as_ndarray",
     "as_numpy_dtype",
+    "compile",
     "config",
     "config_types",
     "cuda",
@@ -85,11 +101,14 @@ __all__ = [
     "map",
     "nn",
     "onnx",
+    "ops",
     "profiler",
     "reporting",
     "requires",
     "runtime",
+    "testing",
     "to",
+    "torchscript",
     "training",
     "utils",
     "writing",

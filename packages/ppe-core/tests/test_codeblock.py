@@ -549,3 +549,20 @@ def test_cuda_float16_amp_training_matches_a_hand_written_loop() -> None:
     assert scaler.get_scale() == ref_scaler.get_scale()
     for param, ref_param in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(param, ref_param)
+
+
+def test_a_code_block_is_called_with_inputs_and_saves_its_runtime_state() -> None:
+    model = Regressor()
+    to(model, "cpu")
+    block = forward(model)
+    x, t = make_batches(1)[0]
+    outs = block(inputs={"x": x, "t": t})  # PPE's parameter name
+    torch.testing.assert_close(outs["loss"], F.mse_loss(model.net(x), t))
+    block.state["compiled"] = "graph-1"  # what a runtime may keep in a block
+    saved = block.state_dict()
+    assert saved == {"compiled": "graph-1"}
+    other = forward(model)
+    other.load_state_dict(saved)
+    assert other.state == {"compiled": "graph-1"}
+    with pytest.raises(TypeError, match="expects a dict, got list"):
+        other.load_state_dict([])  # type: ignore[arg-type]

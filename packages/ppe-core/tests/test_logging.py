@@ -128,3 +128,19 @@ def test_logging_is_configured_lazily_in_a_fresh_interpreter(tmp_path: Path) -> 
     text = log_file.read_text()
     assert "WARNING ppe.app: shown 42" in text
     assert "hidden" not in text
+
+
+@pytest.mark.parametrize("name", ["CRITICAL", "DEBUG", "ERROR", "INFO", "WARNING"])
+def test_level_constants_are_the_standard_library_levels(name: str) -> None:
+    import pytorch_pfn_extras.logging as ppe_logging
+
+    assert getattr(ppe_logging, name) == getattr(logging, name)
+    assert name in ppe_logging.__all__
+
+
+def test_a_level_constant_sets_a_ppe_logger_level(fresh_ppe_logger: logging.Logger) -> None:
+    import pytorch_pfn_extras.logging as ppe_logging
+
+    logger = get_logger("levels")
+    logger.setLevel(ppe_logging.DEBUG)
+    assert logger.isEnabledFor(logging.DEBUG)

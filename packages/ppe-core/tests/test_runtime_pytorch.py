@@ -239,10 +239,10 @@ def test_base_runtime_callbacks_accept_the_documented_arguments_and_do_nothing()
     runtime.initialize_module(module, [torch.ones(1)], optimizer=None)
     runtime.train_epoch_begin(module)
     runtime.train_pre_step(trainer=None, module=module, batch_idx=0, batch={})
-    runtime.train_post_step(trainer=None, module=module, batch_idx=0, outs={})
+    runtime.train_post_step(trainer=None, module=module, batch_idx=0, batch={}, outs={})
     runtime.train_validation_begin(module)
     runtime.eval_pre_step(evaluator=None, module=module, batch_idx=0, batch={})
-    runtime.eval_post_step(evaluator=None, module=module, batch_idx=0, outs={})
+    runtime.eval_post_step(evaluator=None, module=module, batch_idx=0, batch={}, outs={})
     runtime.train_validation_end(module)
     runtime.train_epoch_end(module)
     runtime.train_cleanup(module)
@@ -346,11 +346,6 @@ def test_map_rejects_non_string_out_keys() -> None:
 def test_map_needs_a_module_moved_with_ppe_to() -> None:
     with pytest.raises(ValueError, match=r"forward\(\) needs a module moved with ppe.to"):
         map(DictModel(), [])
-
-
-def test_map_rejects_plain_functions() -> None:
-    with pytest.raises(TypeError, match=r"torch\.nn\.Module or a CodeBlock, got function"):
-        map(lambda x: x, [])  # type: ignore[arg-type]
 
 
 def test_map_dispatches_to_the_runtime_of_the_module() -> None:

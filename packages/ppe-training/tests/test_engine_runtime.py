@@ -46,7 +46,9 @@ class RecordingRuntime(ppe.runtime.BaseRuntime):
     def train_pre_step(self, trainer: Any, module: Any, batch_idx: int, batch: Any) -> None:
         calls.append(f"train_pre_step({batch_idx})")
 
-    def train_post_step(self, trainer: Any, module: Any, batch_idx: int, outs: Any) -> None:
+    def train_post_step(
+        self, trainer: Any, module: Any, batch_idx: int, batch: Any, outs: Any
+    ) -> None:
         assert isinstance(outs["loss"], torch.Tensor)
         calls.append(f"train_post_step({batch_idx})")
 
@@ -59,7 +61,9 @@ class RecordingRuntime(ppe.runtime.BaseRuntime):
     def eval_pre_step(self, evaluator: Any, module: Any, batch_idx: int, batch: Any) -> None:
         calls.append(f"eval_pre_step({batch_idx})")
 
-    def eval_post_step(self, evaluator: Any, module: Any, batch_idx: int, outs: Any) -> None:
+    def eval_post_step(
+        self, evaluator: Any, module: Any, batch_idx: int, batch: Any, outs: Any
+    ) -> None:
         calls.append(f"eval_post_step({batch_idx})")
 
     def train_cleanup(self, module: torch.nn.Module) -> None:

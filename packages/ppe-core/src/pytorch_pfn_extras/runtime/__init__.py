@@ -1,10 +1,11 @@
-"""Device runtimes: ``ppe.to``, ``ppe.map``, the runtime registry and CodeBlocks."""
+"""Device runtimes: ``ppe.to``, ``ppe.map``, ``ppe.compile``, the runtime registry and CodeBlocks."""
 
 from __future__ import annotations
 
 from pytorch_pfn_extras.runtime._api import map, to
 from pytorch_pfn_extras.runtime._base import BaseRuntime
 from pytorch_pfn_extras.runtime._code_block import CodeBlock, forward, update_parameters
+from pytorch_pfn_extras.runtime._compile import compile
 from pytorch_pfn_extras.runtime._pytorch import PyTorchRuntime
 from pytorch_pfn_extras.runtime._registry import runtime_registry
 from pytorch_pfn_extras.runtime._tags import get_runtime, named_runtime_modules
@@ -13,6 +14,7 @@ __all__ = [
     "BaseRuntime",
     "CodeBlock",
     "PyTorchRuntime",
+    "compile",
     "forward",
     "get_runtime",
     "map",

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, overload
 
 import torch
 
-from pytorch_pfn_extras.runtime._base import BaseRuntime, type_name
+from pytorch_pfn_extras.runtime._base import BaseRuntime, map_outputs, type_name
+from pytorch_pfn_extras.runtime._batch import call_with_batch
 from pytorch_pfn_extras.runtime._code_block import CodeBlock, forward
 from pytorch_pfn_extras.runtime._registry import runtime_registry
-from pytorch_pfn_extras.runtime._tags import set_runtime
+from pytorch_pfn_extras.runtime._tags import get_runtime, set_runtime
 
 _ModuleT = TypeVar("_ModuleT", bound=torch.nn.Module)
 
@@ -22,6 +26,7 @@ def to(
     *,
     options: Mapping[str, Any] | None = None,
     runtime_class: type[BaseRuntime] | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> _ModuleT: ...
 
 
@@ -32,6 +37,7 @@ def to(
     *,
     options: Mapping[str, Any] | None = None,
     runtime_class: type[BaseRuntime] | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> torch.Tensor: ...
 
 
@@ -41,6 +47,7 @@ def to(
     *,
     options: Mapping[str, Any] | None = None,
     runtime_class: type[BaseRuntime] | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> torch.nn.Module | torch.Tensor:
     """Move a module or a tensor to a device, through the device's runtime.
 
@@ -58,6 +65,8 @@ def to(
             ``"cuda:0"`` or a registered custom device name.
         options: Options for the runtime (see ``PyTorchRuntime``).
         runtime_class: The runtime class to use instead of the registered one.
+        config: Deprecated alias of ``options``, kept for code written for PPE;
+            using it emits a ``DeprecationWarning``.
 
     Returns:
         The moved module (the same object for PyTorch devices) or tensor.
@@ -65,12 +74,26 @@ def to(
     Raises:
         ValueError: ``module_or_tensor`` is neither a module nor a tensor, or
             the runtime rejects the device or the options.
-        TypeError: ``runtime_class`` is not a ``BaseRuntime`` subclass.
+        TypeError: ``runtime_class`` is not a ``BaseRuntime`` subclass, or both
+            ``options`` and ``config`` are given.
 
     Example:
         >>> model = ppe.to(model, "cuda:0", options={"autocast": True})
         >>> x = ppe.to(x, "cuda:0")
     """
+    if config is not None:
+        if options is not None:
+            message = (
+                "ppe.to() got both options and config; config is the deprecated alias of "
+                "options: pass only options"
+            )
+            raise TypeError(message)
+        warnings.warn(
+            "ppe.to(config=...) is deprecated; use ppe.to(options=...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        options = config
     if not isinstance(module_or_tensor, (torch.nn.Module, torch.Tensor)):
         message = f"ppe.to() expects a torch.nn.Module or a torch.Tensor, got {type_name(module_or_tensor)}"
         raise ValueError(message)
@@ -97,20 +120,25 @@ def _tag_all(module: torch.nn.Module, runtime: BaseRuntime) -> None:
 
 
 def map(
-    func: torch.nn.Module | CodeBlock,
+    func: Callable[..., Any],
     iterable: Iterable[Any],
     out_keys: Iterable[str] | str | None = None,
     device: str | torch.device = "cpu",
 ) -> Iterator[Any]:
-    """Apply a module or CodeBlock to every item of ``iterable`` through its runtime.
+    """Apply ``func`` to every item of ``iterable``, through its module's runtime.
 
-    The module's runtime (set by ``ppe.to``) decides how the items are
-    executed; a runtime for an asynchronous device can keep several batches in
-    flight, and only the outputs named by ``out_keys`` are transferred back.
+    ``func`` is a module moved with ``ppe.to`` (run as ``forward(func)``), a
+    CodeBlock, a bound method of such a module (``model.predict``) or any other
+    callable. Modules, CodeBlocks and methods of tagged modules run through the
+    module's runtime (``runtime.map``): it moves each batch to the module's
+    device, and a runtime for an asynchronous device can keep several batches
+    in flight. Other callables run one item at a time, with the batches as
+    given. Each item is passed the way a CodeBlock passes its batch: a dict as
+    keyword arguments, a tuple or list as positional arguments, anything else
+    as the only argument.
 
     Args:
-        func: A module moved with ``ppe.to`` (run as ``forward(func)``) or a
-            CodeBlock.
+        func: The module, CodeBlock, method or callable to apply.
         iterable: The batches.
         out_keys: Keys of the outputs to return; ``None`` returns whole outputs.
         device: The device the returned tensors are moved to.
@@ -119,18 +147,34 @@ def map(
         A lazy iterator over the outputs.
 
     Raises:
-        ValueError: ``func`` is a module that was not moved with ``ppe.to``.
-        TypeError: ``func`` is neither a module nor a CodeBlock.
+        ValueError: ``func`` is a module, or a method of a module, that was not
+            moved with ``ppe.to``.
+        TypeError: ``func`` is not callable.
 
     Example:
         >>> for out in ppe.map(model, loader, out_keys=["y"]):
         ...     predictions.append(out["y"])
+        >>> embeddings = list(ppe.map(model.embed, loader))
     """
     if isinstance(func, CodeBlock):
         block = func
     elif isinstance(func, torch.nn.Module):
         block = forward(func)
+    elif inspect.ismethod(func) and isinstance(func.__self__, torch.nn.Module):
+        owner = func.__self__
+        runtime = get_runtime(owner)
+        if runtime is None:
+            message = (
+                f"ppe.map() needs the module of {func.__qualname__}() moved with "
+                f"ppe.to(module, device) first; this {type_name(owner)} has no runtime"
+            )
+            raise ValueError(message)
+        block = CodeBlock(func, [], False, None, None, {}, runtime)
+    elif callable(func):
+        return map_outputs(functools.partial(call_with_batch, func), iterable, out_keys, device)
     else:
-        message = f"ppe.map() expects a torch.nn.Module or a CodeBlock, got {type_name(func)}"
+        message = (
+            f"ppe.map() expects a callable, a torch.nn.Module or a CodeBlock, got {type_name(func)}"
+        )
         raise TypeError(message)
-    return block.runtime.map(cast(Callable[[Any], Any], block), iterable, out_keys, device)
+    return block.runtime.map(block, iterable, out_keys, device)

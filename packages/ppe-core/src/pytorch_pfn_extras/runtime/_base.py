@@ -148,7 +148,7 @@ class BaseRuntime:
         """
 
     def train_post_step(
-        self, trainer: Any, module: torch.nn.Module, batch_idx: int, outs: Any
+        self, trainer: Any, module: torch.nn.Module, batch_idx: int, batch: Any, outs: Any
     ) -> None:
         """Postprocess of each step.
 
@@ -156,6 +156,8 @@ class BaseRuntime:
             trainer: The trainer running the step.
             module: The module being trained.
             batch_idx: Index of the batch within the epoch.
+            batch: The batch of this step, as the loader yielded it (before
+                ``convert_batch``), the same object ``train_pre_step`` received.
             outs: The outputs of the step.
         """
 
@@ -193,7 +195,7 @@ class BaseRuntime:
         """
 
     def eval_post_step(
-        self, evaluator: Any, module: torch.nn.Module, batch_idx: int, outs: Any
+        self, evaluator: Any, module: torch.nn.Module, batch_idx: int, batch: Any, outs: Any
     ) -> None:
         """The method called at the end of each evaluation step.
 
@@ -201,6 +203,8 @@ class BaseRuntime:
             evaluator: The evaluator running the step.
             module: The module being evaluated.
             batch_idx: Index of the batch.
+            batch: The batch of this step, as the loader yielded it (before
+                ``convert_batch``), the same object ``eval_pre_step`` received.
             outs: The outputs of the step.
         """
 
@@ -243,9 +247,7 @@ class BaseRuntime:
         Raises:
             KeyError: An output lacks one of ``out_keys`` (raised while iterating).
         """
-        keys = None if out_keys is None else _key_tuple(out_keys)
-        target = torch.device(device)
-        return (select_outputs(func(item), keys, target) for item in iterable)
+        return map_outputs(func, iterable, out_keys, device)
 
     @classmethod
     def trace(cls, event_name: str | None, arg: Any) -> contextlib.AbstractContextManager[None]:
@@ -262,6 +264,21 @@ class BaseRuntime:
             A context manager spanning the event.
         """
         return _NO_TRACE
+
+
+def map_outputs(
+    func: Callable[[Any], Any],
+    iterable: Iterable[Any],
+    out_keys: Iterable[str] | str | None,
+    device: str | torch.device,
+) -> Iterator[Any]:
+    """Lazily yield ``func(item)`` for each item, keeping ``out_keys`` and moving to ``device``.
+
+    The keys and the device are checked now, before the first item is drawn.
+    """
+    keys = None if out_keys is None else _key_tuple(out_keys)
+    target = torch.device(device)
+    return (select_outputs(func(item), keys, target) for item in iterable)
 
 
 def _key_tuple(out_keys: Iterable[str] | str) -> tuple[str, ...]:

@@ -44,17 +44,33 @@ class CodeBlock:
     state: dict[str, Any]
     runtime: BaseRuntime
 
-    def __call__(self, batch: Any) -> Any:
-        """Execute the block on ``batch`` with its runtime.
+    def __call__(self, inputs: Any) -> Any:
+        """Execute the block on ``inputs`` (a batch) with its runtime.
 
         Args:
-            batch: The input: a dict is passed as keyword arguments, a tuple or
+            inputs: The input: a dict is passed as keyword arguments, a tuple or
                 list as positional arguments, anything else as the only argument.
 
         Returns:
             The outputs of ``func``.
         """
-        return self.runtime.execute(self, batch)
+        return self.runtime.execute(self, inputs)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the block's :attr:`state` (a shallow copy: what the runtime keeps there)."""
+        return dict(self.state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace the block's :attr:`state` by ``state`` (from :meth:`state_dict`).
+
+        Raises:
+            TypeError: ``state`` is not a dict.
+        """
+        if not isinstance(state, dict):
+            message = f"CodeBlock.load_state_dict expects a dict, got {type(state).__name__}"
+            raise TypeError(message)
+        self.state.clear()
+        self.state.update(state)
 
 
 def _as_code_block(block: Any, caller: str) -> CodeBlock:

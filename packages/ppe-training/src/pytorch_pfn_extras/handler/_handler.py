@@ -259,7 +259,7 @@ class Handler(BaseHandler):
     def train_post_step(self, trainer: Any, batch_idx: int, batch: Any, outputs: Any) -> None:
         """Runtime post-step callbacks, the optimizer step, and the ``train/<key>`` reports."""
         for module, runtime in self._train_post:
-            runtime.train_post_step(trainer, module, batch_idx, outputs)
+            runtime.train_post_step(trainer, module, batch_idx, batch, outputs)
         self._logic.train_step_optimizers(trainer.models, trainer.optimizers, batch_idx)
         self._report(outputs, self._train_report_keys, "train")
 
@@ -295,5 +295,5 @@ class Handler(BaseHandler):
     def eval_post_step(self, evaluator: Any, batch_idx: int, batch: Any, outputs: Any) -> None:
         """Runtime post-step callbacks and the ``val/<key>`` reports."""
         for module, runtime in self._eval_post:
-            runtime.eval_post_step(evaluator, module, batch_idx, outputs)
+            runtime.eval_post_step(evaluator, module, batch_idx, batch, outputs)
         self._report(outputs, self._eval_report_keys, "val")

@@ -1,0 +1,218 @@
+"""Every Python block of README.md and docs/ runs, and the checks beside it hold.
+
+Each page runs in order, in one namespace, in a temporary directory; HTML comments in the
+Markdown add hidden setup, checks and skips with their reasons (see ``docs_snippets.py``).
+Each skipped block is reported as a skipped test naming its line and reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_harness() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "ppe_tests_docs_snippets", Path(__file__).with_name("docs_snippets.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+snippets = _load_harness()
+
+
+def _pages() -> list[Any]:
+    paths = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    pages = [snippets.parse(p.read_text(), str(p.relative_to(ROOT)), p) for p in paths]
+    return [page for page in pages if page.python_blocks]
+
+
+PAGES = _pages()
+SKIPPED = [
+    (page.name, block.line, reason)
+    for page in PAGES
+    for block in page.python_blocks
+    if (reason := block.skip_reason()) is not None
+]
+
+
+@pytest.fixture(autouse=True)
+def _like_a_fresh_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each page starts in an empty directory, with seeded generators and no profiler records.
+
+    The pages' models are tiny: one thread computes them faster than two, much faster on a
+    loaded machine.
+    """
+    import numpy
+    import torch
+
+    from pytorch_pfn_extras import profiler
+
+    monkeypatch.chdir(tmp_path)
+    random.seed(0)
+    numpy.random.seed(0)
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    profiler.clear_tracer()
+    profiler.get_time_summary().summary(clear=True)
+    yield
+    profiler.clear_tracer()  # the pages' trace events are not for the tests run next
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+def test_every_python_block_of_the_page_runs_and_its_checks_hold(page: Any) -> None:
+    skipped = snippets.run_page(page)
+    if len(skipped) == len(page.python_blocks):
+        pytest.skip(f"{page.name}: every block is skipped here (see the skipped blocks' tests)")
+
+
+@pytest.mark.parametrize(
+    ("page", "line", "reason"), SKIPPED, ids=[f"{page}:{line}" for page, line, _ in SKIPPED]
+)
+def test_skipped_block(page: str, line: int, reason: str) -> None:
+    pytest.skip(f"{page}:{line}: {reason}")
+
+
+def test_the_docs_have_python_blocks() -> None:
+    names = {page.name for page in PAGES}
+    assert {"README.md", "docs/getting-started.md", "docs/trainer.md"} <= names
+    assert sum(len(page.python_blocks) for page in PAGES) >= 80
+
+
+# The harness itself.
+
+PAGE = """\
+Text.
+
+<!-- setup: x = 2 -->
+```python
+y = x * 3
+print(y)
+```
+<!-- check:
+assert printed == "6\\n"
+assert y == 6
+-->
+
+<!-- file: conf.yaml -->
+```yaml
+a: 1
+```
+
+<!-- skip: needs a GPU -->
+```python
+raise SystemExit
+```
+
+<!-- requires: cuda, a_module_nobody_has -->
+```python
+raise SystemExit
+```
+
+- a list item
+
+  ```python
+  import pathlib
+  z = pathlib.Path("conf.yaml").read_text()
+  ```
+
+```python
+>>> y + 1
+7
+```
+
+<!-- a comment: not a marker, since it has spaces before the colon -->
+"""
+
+
+def test_the_parser_attaches_markers_and_runs_the_page_in_order(tmp_path: Path) -> None:
+    page = snippets.parse(PAGE, "page.md")
+    assert [(block.line, block.language) for block in page.blocks] == [
+        (4, "python"),
+        (14, "yaml"),
+        (19, "python"),
+        (24, "python"),
+        (30, "python"),
+        (35, "python"),
+    ]
+    assert [block.skip_reason() for block in page.python_blocks] == [
+        None,
+        "needs a GPU",
+        "needs a CUDA device"
+        if not snippets.requirement_met("cuda")
+        else "needs a_module_nobody_has",
+        None,
+        None,
+    ]
+    assert page.blocks[0].checks[0].text == '\nassert printed == "6\\n"\nassert y == 6\n'
+    skipped = snippets.run_page(page)  # the fixture moved us to tmp_path
+    assert [block.line for block in skipped] == [19, 24]
+    assert (tmp_path / "conf.yaml").read_text() == "a: 1\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("<!-- chek: x -->\n```python\npass\n```\n", "unknown marker 'chek'"),
+        ("<!-- skip: -->\n```python\npass\n```\n", "'skip' needs a text"),
+        ("<!-- skip: why -->\nText.\n\n```python\npass\n```\n", "must precede a block"),
+        ("<!-- setup: x = 1 -->\n```bash\nls\n```\n", "precedes a bash block"),
+        ("Text.\n<!-- check: True -->\n", "'check' must follow a Python block"),
+        ("```python\npass\n```\nText.\n<!-- check: True -->\n", "must follow a Python block"),
+        ("<!-- skip: why -->\n", "precedes no block"),
+        ("<!-- setup: x = 1\n", "never ends"),
+    ],
+)
+def test_misplaced_or_misspelt_markers_are_errors(text: str, message: str) -> None:
+    with pytest.raises(snippets.MarkerError, match=message):
+        snippets.parse(text, "page.md")
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "message"),
+    [
+        ("```python\nassert 1 == 2\n```\n<!-- check: pass -->\n", AssertionError, None),
+        ("```python\nx = 1\n```\n<!-- check: assert x == 2 -->\n", AssertionError, None),
+        (
+            "```python\nimport warnings\nwarnings.warn('careful')\n```\n",
+            AssertionError,
+            "the block warned",
+        ),
+        ("```python\n>>> 1 + 1\n3\n```\n", AssertionError, "doctest failed"),
+    ],
+)
+def test_a_failing_block_check_or_doctest_fails_the_page(
+    text: str, error: type[BaseException], message: str | None
+) -> None:
+    with pytest.raises(error, match=message):
+        snippets.run_page(snippets.parse(text, "page.md"))
+
+
+def test_a_check_may_take_the_warnings_the_text_expects() -> None:
+    text = (
+        "```python\nimport warnings\nwarnings.warn('careful')\n```\n"
+        "<!-- check:\nassert str(warned[0].message) == 'careful'\nwarned.clear()\n-->\n"
+    )
+    assert snippets.run_page(snippets.parse(text, "page.md")) == []
+
+
+def test_a_traceback_points_at_the_line_of_the_page() -> None:
+    text = "Text.\n\n```python\nx = 1\nraise KeyError(x)\n```\n"
+    with pytest.raises(KeyError) as info:
+        snippets.run_page(snippets.parse(text, "page.md"))
+    assert info.traceback[-1].lineno + 1 == 5
