@@ -1,7 +1,7 @@
 """Import cost of ``pytorch_pfn_extras`` on top of ``import torch``.
 
 Each sample is a fresh interpreter; the script alternates the two commands and
-prints the medians and their difference (target: under 0.3 s), plus which
+prints the medians and their difference (target: under 0.15 s), plus which
 heavy optional libraries the import dragged in (there must be none).
 
 Usage: ``python benchmarks/import_time.py [--repeats 15]``
@@ -68,7 +68,7 @@ def main() -> None:
     print(
         f"import torch (median of {args.repeats} fresh processes): {statistics.median(torch_alone):.3f} s"
     )
-    print(f"import pytorch_pfn_extras on top of torch:            {cost:.3f} s (target < 0.300 s)")
+    print(f"import pytorch_pfn_extras on top of torch:            {cost:.3f} s (target < 0.150 s)")
     print(f"heavy optional modules imported: {sorted(heavy) or 'none'}")
 
 

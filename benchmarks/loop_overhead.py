@@ -8,7 +8,7 @@ Four measurements:
    overhead in microseconds per iteration and the ratio of the two loops.
 2. ``run_iteration()`` with an empty body (reporting a 0-d tensor) and the same three
    extensions, against an empty Python loop: the manager's own cost per iteration
-   (target: under 25 us; the published PPE takes about 58 us).
+   (target: under 15 us; the published PPE takes about 58 us).
 3. The same MLP, wrapped in a module whose ``forward(x, t)`` returns ``{"loss": mse}``, trained
    on ``--iters-per-epoch`` pre-made batches by a hand-written loop, by
    ``ppe.engine.create_trainer`` with the same three extensions, and by pytorch-ignite's
@@ -604,7 +604,7 @@ def main() -> None:
                 f"Empty run_iteration() reporting a 0-d tensor, {args.iterations} iterations x "
                 f"{args.empty_repeats}:"
             )
-            print(f"  manager cost           {overhead * us:8.2f} us/iteration  (target < 25)")
+            print(f"  manager cost           {overhead * us:8.2f} us/iteration  (target < 15)")
         if "engines" in args.parts:
             print_engines(args, out_dir, sink)
         if "epoch-ext" in args.parts:
