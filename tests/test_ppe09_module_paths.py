@@ -8,7 +8,7 @@ functions and constants it defines or, for a package, re-exports). For each list
 ``tabular.from_data`` must not hide the function ``tabular.from_data``) and, where the module
 declares ``__all__``, ``from module import *`` brings the name too.
 
-Paths owned by components not built yet (ONNX, distributed) are strict xfails naming the issue
+Paths owned by components not built yet (distributed) are strict xfails naming the issue
 that builds them: when the component lands they turn XPASS and the entries must go. Known gaps in
 code this change could not touch are strict xfails naming who fixes them (``_PENDING_*``).
 """
@@ -29,9 +29,8 @@ _ROOT = "pytorch_pfn_extras"
 
 # Components not built yet: strict xfails, naming the issue that builds them. Their packages exist
 # as placeholders (they import; only their names are missing).
-_ONNX_REASON = "ppe.onnx is built by the ONNX issue (ppe-onnx)"
 _DISTRIBUTED_REASON = "ppe.distributed and DistributedEvaluator are built by the distributed issue"
-_PLACEHOLDERS = {f"{_ROOT}.onnx", f"{_ROOT}.distributed"}
+_PLACEHOLDERS = {f"{_ROOT}.distributed"}
 
 # Known gaps in code this change could not touch: strict xfails naming who fixes them.
 _PENDING_MODULES: dict[str, str] = {}
@@ -50,8 +49,6 @@ _PATHS = _read_spec()
 
 
 def _not_built(module: str, name: str | None) -> str | None:
-    if module == f"{_ROOT}.onnx" or module.startswith(f"{_ROOT}.onnx."):
-        return _ONNX_REASON
     if module == f"{_ROOT}.distributed" or module.startswith(f"{_ROOT}.distributed."):
         return _DISTRIBUTED_REASON
     if name == "DistributedEvaluator":

@@ -7,27 +7,56 @@ through the namespace path below.
 
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
-import pytorch_pfn_extras.config
-import pytorch_pfn_extras.config_types
+from typing import TYPE_CHECKING, Any
+
+# Imported now: what the top-level names need, and the CUDA runtime (it registers itself).
 import pytorch_pfn_extras.cuda
-import pytorch_pfn_extras.dataloaders
-import pytorch_pfn_extras.dataset
-import pytorch_pfn_extras.distributed
-import pytorch_pfn_extras.engine
-import pytorch_pfn_extras.handler
 import pytorch_pfn_extras.interop
 import pytorch_pfn_extras.logging
-import pytorch_pfn_extras.nn
-import pytorch_pfn_extras.onnx
-import pytorch_pfn_extras.ops
-import pytorch_pfn_extras.profiler
-import pytorch_pfn_extras.reporting
 import pytorch_pfn_extras.runtime
-import pytorch_pfn_extras.testing
-import pytorch_pfn_extras.torchscript
-import pytorch_pfn_extras.training
-import pytorch_pfn_extras.utils
-import pytorch_pfn_extras.writing
+
+# Imported when first used (``ppe.training``...): ``import pytorch_pfn_extras`` stays light.
+_LAZY_SUBPACKAGES = frozenset(
+    {
+        "config",
+        "config_types",
+        "dataloaders",
+        "dataset",
+        "distributed",
+        "engine",
+        "handler",
+        "nn",
+        "onnx",
+        "ops",
+        "profiler",
+        "reporting",
+        "testing",
+        "torchscript",
+        "training",
+        "utils",
+        "writing",
+    }
+)
+
+if TYPE_CHECKING:
+    import pytorch_pfn_extras.config
+    import pytorch_pfn_extras.config_types
+    import pytorch_pfn_extras.dataloaders
+    import pytorch_pfn_extras.dataset
+    import pytorch_pfn_extras.distributed
+    import pytorch_pfn_extras.engine
+    import pytorch_pfn_extras.handler
+    import pytorch_pfn_extras.nn
+    import pytorch_pfn_extras.onnx
+    import pytorch_pfn_extras.ops
+    import pytorch_pfn_extras.profiler
+    import pytorch_pfn_extras.reporting
+    import pytorch_pfn_extras.testing
+    import pytorch_pfn_extras.torchscript
+    import pytorch_pfn_extras.training
+    import pytorch_pfn_extras.utils
+    import pytorch_pfn_extras.writing
+
 from pytorch_pfn_extras._version import __version__
 from pytorch_pfn_extras.interop import (
     as_ndarray,
@@ -78,6 +107,20 @@ def requires(version: str, package: str = "torch") -> bool:
     except InvalidVersion:
         message = f"the installed {package} has version {installed!r}, which PEP 440 cannot compare"
         raise ValueError(message) from None
+
+
+def __getattr__(name: str) -> Any:
+    """Import a subpackage at its first use as an attribute (``ppe.training``)."""
+    if name in _LAZY_SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    message = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(message)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY_SUBPACKAGES)
 
 
 __all__ = [

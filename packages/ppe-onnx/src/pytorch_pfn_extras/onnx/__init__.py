@@ -1,5 +1,55 @@
-"""ONNX export with test cases and annotations."""
+"""ONNX export with test cases, annotations and stripped large tensors.
+
+Importing this package does not import onnx; the functions do, when called.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+# --- export, test cases, load, strip (ppe-onnx export part) ---
+import importlib.util
+
+from pytorch_pfn_extras.onnx._strip import is_large_tensor
+from pytorch_pfn_extras.onnx.export_testcase import (
+    LARGE_TENSOR_DATA_THRESHOLD,
+    export,
+    export_testcase,
+)
+from pytorch_pfn_extras.onnx.load import load_model
+
+available: bool = importlib.util.find_spec("onnx") is not None
+"""Whether the onnx package can be imported (every function here needs it)."""
+
+__all__ = [
+    "LARGE_TENSOR_DATA_THRESHOLD",
+    "available",
+    "export",
+    "export_testcase",
+    "is_large_tensor",
+    "load_model",
+]
+# --- end of the export part ---
+
+# --- annotations, extra outputs, gradients, control flow, symbolic registry ---
+# These modules import torch only; torch.onnx internals load on first use
+# (pytorch_pfn_extras.onnx._torch_onnx_symbolic).
+from pytorch_pfn_extras.onnx import lax, symbolic_registry  # noqa: E402
+from pytorch_pfn_extras.onnx._outputs import as_output, grad, no_grad  # noqa: E402
+
+# From the public module, so that importing it later does not replace the function `annotate`.
+from pytorch_pfn_extras.onnx.annotate import (  # noqa: E402
+    annotate,
+    apply_annotation,
+    scoped_anchor,
+)
+
+__all__ += [
+    "annotate",
+    "apply_annotation",
+    "as_output",
+    "grad",
+    "lax",
+    "no_grad",
+    "scoped_anchor",
+    "symbolic_registry",
+]
+# --- end of the annotations part ---
