@@ -160,3 +160,23 @@ def test_export_prints_nothing_unless_verbose(capfd: Any, tmp_path: Any) -> None
     assert capfd.readouterr() == ("", "")
     ppe_onnx.export(torch.nn.Linear(3, 2), torch.zeros(1, 3), io.BytesIO(), verbose=True)
     assert capfd.readouterr().out != ""
+
+
+def test_export_runs_the_model_itself_only_to_return_its_output() -> None:
+    class Counting(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 2)
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            return self.linear(x)
+
+    model = Counting()
+    x = torch.randn(4, 3)
+    assert ppe_onnx.export(model, (x,), io.BytesIO()) is None
+    traced = model.calls  # the exporter's own runs
+    output = ppe_onnx.export(model, (x,), io.BytesIO(), return_output=True)
+    assert model.calls == 2 * traced + 1  # one more: PyTorch's run, whose output is returned
+    torch.testing.assert_close(output, model.linear(x))

@@ -33,19 +33,23 @@ def export_model(
     large_tensor_threshold: int,
     trace: PhaseTrace,
     output_grad: bool = False,
+    run: bool = True,
 ) -> Exported:
     """Run ``model`` once (in the mode the exporter uses) and export it.
 
     ``export_kwargs`` are torch.onnx.export's keyword arguments; ``kwargs`` among them are the
-    model's keyword inputs. The output keeps its autograd graph when ``output_grad``.
+    model's keyword inputs. The output keeps its autograd graph when ``output_grad``; without
+    ``run`` the model is not run (the output is ``None``): only the exporter traces it.
     """
     onnx = require_onnx("pytorch_pfn_extras.onnx.export")
     options = dict(export_kwargs)
     inputs = model_inputs(args, options.pop("kwargs", None))
     input_names = inputs.names(options.pop("input_names", None))
     with _torch_onnx.export_mode(model, options.get("training")):
-        with trace.phase("run"), torch.set_grad_enabled(output_grad):
-            output = model(*inputs.args, **inputs.kwargs)
+        output = None
+        if run:
+            with trace.phase("run"), torch.set_grad_enabled(output_grad):
+                output = model(*inputs.args, **inputs.kwargs)
         with trace.phase("export"):
             data = _torch_onnx.export_to_bytes(
                 model, inputs.args, inputs.kwargs, {**options, "input_names": input_names}
@@ -107,6 +111,7 @@ def export(
         strip_large_tensor_data=strip_large_tensor_data,
         large_tensor_threshold=large_tensor_threshold,
         trace=trace,
+        run=return_output,  # the outputs are PyTorch's own run: only when they are returned
     )
     with trace.phase("write"):
         write_bytes(exported.data, f)
