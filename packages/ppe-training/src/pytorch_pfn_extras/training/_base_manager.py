@@ -93,6 +93,7 @@ class _BaseExtensionsManager:
         self._failed = False
         self._in_iteration = False
         self._in_extensions = False  # run_extensions() is running (models access is checked)
+        self._models_held_at = -1  # the last iteration whose model state was found held
         self._start_time: float | None = None
         self._elapsed_before = 0.0
         self._stop_iteration = -1
@@ -122,7 +123,10 @@ class _BaseExtensionsManager:
                 iterations need the model state through that flag, so in other iterations
                 the models may not hold it (as in PPE).
         """
-        if self._in_extensions and not self.needs_model_state(self.iteration):
+        if self._in_extensions and self._models_held_at != self.iteration:
+            if self.needs_model_state(self.iteration):
+                self._models_held_at = self.iteration  # asked once per iteration
+                return self._models
             message = (
                 f"manager.models was read by an extension at iteration {self.iteration}, where "
                 "no extension declares needs_model_state = True, so the model state is not "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
@@ -126,6 +126,21 @@ def _manager_hook(
 _EXTRA_ATTRIBUTES = ("needs_model_state", "is_async")
 
 
+def check_keywords(owner: str, kwargs: Mapping[str, Any], accepted: Sequence[str]) -> None:
+    """Reject the keyword arguments of ``kwargs`` that are not in ``accepted``.
+
+    For the functions that take PPE's ``**kwargs`` but know which keywords are meaningful:
+    anything else is a typo, named in the error.
+
+    Raises:
+        TypeError: An unknown keyword; the message names it and the accepted ones.
+    """
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        message = f"{owner} got unexpected keyword arguments {unknown}; accepted: {list(accepted)}"
+        raise TypeError(message)
+
+
 def _no_op_hook(manager: ExtensionsManagerProtocol) -> None:
     """The ``initialize``/``finalize`` of an extension made without one: does nothing."""
 
@@ -171,13 +186,7 @@ def make_extension(
         ... def show_epoch(manager):
         ...     print(manager.epoch)
     """
-    unknown = sorted(set(kwargs) - set(_EXTRA_ATTRIBUTES))
-    if unknown:
-        message = (
-            f"make_extension got unexpected keyword arguments {unknown}; "
-            f"accepted: {list(_EXTRA_ATTRIBUTES)}"
-        )
-        raise TypeError(message)
+    check_keywords("make_extension", kwargs, _EXTRA_ATTRIBUTES)
     finalize = _manager_hook(finalizer, "finalizer")
     initialize = _manager_hook(initializer, "initializer")
     if on_error is not None and not callable(on_error):

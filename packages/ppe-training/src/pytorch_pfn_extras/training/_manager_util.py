@@ -13,21 +13,41 @@ OptimizersLike = torch.optim.Optimizer | Mapping[str, torch.optim.Optimizer]
 TransformModel = Callable[[str, torch.nn.Module], torch.nn.Module]
 
 
-def as_dict(value: Any, what: str, kind: type) -> dict[str, Any]:
+def _by_name(
+    value: Any, what: str, check_item: Callable[[Any, str], None]
+) -> dict[str, Any] | None:
+    """The named forms: a mapping of names to items (each checked), or ``[]`` (none); ``None``
+    for a single item.
+
+    Raises:
+        TypeError: A key that is not a string, or what ``check_item`` raises.
+    """
     if isinstance(value, Mapping):
         result = dict(value)
         for name, item in result.items():
             if not isinstance(name, str):
                 message = f"{what} must be keyed by strings, got the key {name!r}"
                 raise TypeError(message)
-            if not isinstance(item, kind):
-                message = f"{what}[{name!r}] must be a {kind.__name__}, got {type(item).__name__}"
-                raise TypeError(message)
+            check_item(item, f"{what}[{name!r}]")
         return result
-    if isinstance(value, kind):
-        return {"main": value}
     if isinstance(value, (list, tuple)) and not value:
         return {}  # ``optimizers=[]`` in the reference docs' example
+    return None
+
+
+def as_dict(value: Any, what: str, kind: type) -> dict[str, Any]:
+    """The ``kind`` objects by name: one (named ``"main"``), a mapping, or ``[]``."""
+
+    def check_item(item: Any, where: str) -> None:
+        if not isinstance(item, kind):
+            message = f"{where} must be a {kind.__name__}, got {type(item).__name__}"
+            raise TypeError(message)
+
+    named = _by_name(value, what, check_item)
+    if named is not None:
+        return named
+    if isinstance(value, kind):
+        return {"main": value}
     message = (
         f"{what} must be a {kind.__name__} or a mapping of names to {kind.__name__}, "
         f"got {type(value).__name__}"
@@ -66,16 +86,9 @@ def as_optimizers(value: Any) -> dict[str, Any]:
     Raises:
         TypeError: A key that is not a string, or an object without those methods.
     """
-    if isinstance(value, Mapping):
-        result = dict(value)
-        for name, item in result.items():
-            if not isinstance(name, str):
-                message = f"optimizers must be keyed by strings, got the key {name!r}"
-                raise TypeError(message)
-            check_optimizer(item, f"optimizers[{name!r}]")
-        return result
-    if isinstance(value, (list, tuple)) and not value:
-        return {}  # ``optimizers=[]`` in the reference docs' example
+    named = _by_name(value, "optimizers", check_optimizer)
+    if named is not None:
+        return named
     if not all(callable(getattr(value, name, None)) for name in OPTIMIZER_METHODS):
         message = (
             "optimizers must be an optimizer (an object with state_dict() and "

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.reporting import DictSummary
-from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
+from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension, check_keywords
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 from pytorch_pfn_extras.training.extensions._bytes import write_bytes
 
@@ -265,12 +265,7 @@ class LogReport(Extension):
         format: str | None = None,
         **kwargs: Any,
     ) -> None:
-        unknown = sorted(set(kwargs) - set(_KWARGS))
-        if unknown:
-            message = (
-                f"LogReport got unexpected keyword arguments {unknown}; accepted: {list(_KWARGS)}"
-            )
-            raise TypeError(message)
+        check_keywords("LogReport", kwargs, _KWARGS)
         if filename is None:
             filename = kwargs.get("log_name", "log")
         if not isinstance(filename, str) or not filename:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytorch_pfn_extras.reporting import DictSummary
-from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
+from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension, check_keywords
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 from pytorch_pfn_extras.training.extensions import _png_render, _png_worker
 from pytorch_pfn_extras.training.extensions._bytes import write_bytes
@@ -23,17 +23,11 @@ if TYPE_CHECKING:
     from pytorch_pfn_extras.writing import Writer
 
 _KWARGS = ("background", "file_name", "writer")
-_MISSING = 'PlotReport needs matplotlib: pip install "ppe-training[plot]"'
-
 Postprocess = Callable[[Any, Any, dict[str, list[tuple[float, float]]]], None]
 
 
-def _import_figure() -> Any:
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as error:
-        raise ImportError(_MISSING) from error
-    return Figure
+def _needs_matplotlib(owner: str) -> str:
+    return f'{owner} needs matplotlib: pip install "ppe-training[plot]"'
 
 
 def plot_filename(owner: str, filename: str | None, default: str, kwargs: Mapping[str, Any]) -> str:
@@ -44,12 +38,9 @@ def plot_filename(owner: str, filename: str | None, default: str, kwargs: Mappin
         ImportError: matplotlib is not installed.
         ValueError: The file name is empty or not a string.
     """
-    unknown = sorted(set(kwargs) - set(_KWARGS))
-    if unknown:
-        message = f"{owner} got unexpected keyword arguments {unknown}; accepted: {list(_KWARGS)}"
-        raise TypeError(message)
+    check_keywords(owner, kwargs, _KWARGS)
     if not PlotReport.available():
-        message = f'{owner} needs matplotlib: pip install "ppe-training[plot]"'
+        message = _needs_matplotlib(owner)
         raise ImportError(message)
     if filename is None:
         filename = kwargs.get("file_name", default)
@@ -123,7 +114,7 @@ class PngExtension(Extension):
             draw = _png_render.DRAW[self._kind]
             return draw(self._draw_state, spec)
         except ImportError as error:
-            message = f'{type(self).__name__} needs matplotlib: pip install "ppe-training[plot]"'
+            message = _needs_matplotlib(type(self).__name__)
             raise ImportError(message) from error
 
     def _write(self, manager: ExtensionsManagerProtocol) -> None:
@@ -358,17 +349,11 @@ class PlotReport(PngExtension):
         """
         if self._postprocess is None:
             return super().render()
-        figure = _import_figure()()
-        axes = figure.add_subplot()
-        for key in self._y_keys:
-            points = self._data[key]
-            axes.plot(
-                [x for x, _ in points], [y for _, y in points], marker=self._marker, label=key
-            )
-        axes.legend(bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0)
-        if self._grid:
-            axes.grid()
-        axes.set_xlabel(self._x_key)
+        try:
+            figure, axes, _ = _png_render.plot_report_figure(self._spec())
+        except ImportError as error:
+            message = _needs_matplotlib("PlotReport")
+            raise ImportError(message) from error
         self._postprocess(figure, axes, self._data)
         buffer = io.BytesIO()
         extra = [axes.get_legend()] if axes.get_legend() is not None else []

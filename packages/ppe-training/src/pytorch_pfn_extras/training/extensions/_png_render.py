@@ -76,23 +76,13 @@ def draw_plot_report(state: State, spec: Spec) -> bytes:
     One figure is kept in ``state`` and its lines are updated at each draw, with the legend's
     room beside the axes measured once (a tight bounding box would draw twice).
     """
-    from matplotlib.figure import Figure
-
     data: Mapping[str, list[tuple[float, float]]] = spec["data"]
     identity = (tuple(spec["y_keys"]), spec["x_key"], spec["marker"], spec["grid"], spec["rc"])
     with _rc(spec):
         figure = state.get("figure")
         if figure is None or state.get("identity") != identity:
-            figure = Figure()
-            axes = figure.add_subplot()
-            lines = {}
-            for key in spec["y_keys"]:
-                xs, ys = _columns(data[key])
-                (lines[key],) = axes.plot(xs, ys, marker=spec["marker"], label=key)
-            legend = axes.legend(bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0)
-            if spec["grid"]:
-                axes.grid()
-            axes.set_xlabel(spec["x_key"])
+            figure, axes, lines = plot_report_figure(spec)
+            legend = axes.get_legend()
             from matplotlib.backends.backend_agg import FigureCanvasAgg
 
             renderer = FigureCanvasAgg(figure).get_renderer()  # type: ignore[no-untyped-call]
@@ -106,6 +96,24 @@ def draw_plot_report(state: State, spec: Spec) -> bytes:
             axes.relim()
             axes.autoscale_view()
         return _png(figure)
+
+
+def plot_report_figure(spec: Spec) -> tuple[Any, Any, dict[str, Any]]:
+    """A new figure of PlotReport's points: ``(figure, axes, line of each key)``, with the
+    legend beside the axes, the grid and the x label."""
+    from matplotlib.figure import Figure
+
+    figure = Figure()
+    axes = figure.add_subplot()
+    lines = {}
+    for key in spec["y_keys"]:
+        xs, ys = _columns(spec["data"][key])
+        (lines[key],) = axes.plot(xs, ys, marker=spec["marker"], label=key)
+    axes.legend(bbox_to_anchor=(1.02, 1), loc="upper left", borderaxespad=0.0)
+    if spec["grid"]:
+        axes.grid()
+    axes.set_xlabel(spec["x_key"])
+    return figure, axes, lines
 
 
 def _columns(points: list[tuple[float, float]]) -> tuple[list[float], list[float]]:

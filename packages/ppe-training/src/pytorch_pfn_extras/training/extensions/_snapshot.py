@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension
+from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension, check_keywords
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.training.extensions._snapshot_files import SnapshotFiles
 from pytorch_pfn_extras.writing import SimpleWriter
@@ -404,13 +404,7 @@ def snapshot_object(
     Example:
         >>> manager.extend(extensions.snapshot_object(model, "model_{.epoch}.pt"))
     """
-    unknown = sorted(set(kwargs) - set(_OBJECT_KWARGS))
-    if unknown:
-        message = (
-            f"snapshot_object got unexpected keyword arguments {unknown}; accepted: "
-            f"{list(_OBJECT_KWARGS)}"
-        )
-        raise TypeError(message)
+    check_keywords("snapshot_object", kwargs, _OBJECT_KWARGS)
     _check_mode(kwargs.get("snapshot_mode", SnapshotMode.DEFAULT))
     return _Snapshot(
         target,

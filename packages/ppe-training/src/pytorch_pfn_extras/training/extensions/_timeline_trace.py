@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.profiler import ChromeTracer, Tracer, get_tracer
-from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
+from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension, check_keywords
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
 from pytorch_pfn_extras.training.extensions._bytes import write_bytes
 
@@ -74,13 +74,7 @@ class TimelineTrace(Extension):
         tracer: Tracer | None = None,
         **kwargs: Any,
     ) -> None:
-        unknown = sorted(set(kwargs) - set(_KWARGS))
-        if unknown:
-            message = (
-                f"TimelineTrace got unexpected keyword arguments {unknown}; "
-                f"accepted: {list(_KWARGS)}"
-            )
-            raise TypeError(message)
+        check_keywords("TimelineTrace", kwargs, _KWARGS)
         if filename is None:
             filename = "chrome_trace.json"
         if not isinstance(filename, str) or not filename:
