@@ -106,3 +106,33 @@ def test_a_missing_onnx_package_names_what_to_install(tmp_path: Any) -> None:
     assert done.returncode != 0
     assert "ImportError: pytorch_pfn_extras.onnx.export needs the onnx package" in done.stderr
     assert "pip install ppe-onnx" in done.stderr
+
+
+# torch 2.13 deprecates TorchScript; the user who asks for it gets torch's notice.
+@pytest.mark.filterwarnings("ignore:`torch.jit.*` is deprecated:DeprecationWarning")
+def test_torch_script_and_trace_are_saved_and_compute_the_model(tmp_path: Any) -> None:
+    model, x = _mlp(), torch.randn(2, 4)
+    ppe_onnx.export_testcase(
+        model, x, str(tmp_path), export_torch_script=True, export_torch_trace=True
+    )
+    with torch.no_grad():
+        want = model(x)
+        for name in ("model_script.pt", "model_trace.pt"):
+            loaded = torch.jit.load(str(tmp_path / name))  # type: ignore[no-untyped-call]
+            torch.testing.assert_close(loaded(x), want)
+    assert not (tmp_path / "model_script.pt").with_name("model.pt").exists()
+
+
+def test_chrome_trace_of_the_export_phases(tmp_path: Any) -> None:
+    import gzip
+
+    ppe_onnx.export_testcase(_mlp(), torch.randn(2, 4), str(tmp_path / "a"), output_grad=True)
+    with gzip.open(tmp_path / "a" / "export_trace.json.gz") as file:
+        events = json.load(file)["traceEvents"]
+    names = [event["name"] for event in events]
+    assert {"export", "write model", "write tensors"} <= set(names)
+    assert all(event["ph"] == "X" and event["dur"] >= 0 for event in events)
+    ppe_onnx.export_testcase(
+        _mlp(), torch.randn(2, 4), str(tmp_path / "b"), export_chrome_tracing=False
+    )
+    assert not (tmp_path / "b" / "export_trace.json.gz").exists()

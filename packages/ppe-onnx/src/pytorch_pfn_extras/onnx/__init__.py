@@ -31,7 +31,7 @@ __all__ = [
 
 # --- annotations, extra outputs, gradients, control flow, symbolic registry ---
 # These modules import torch only; torch.onnx internals load on first use
-# (pytorch_pfn_extras.onnx._torch_onnx_symbolic).
+# (pytorch_pfn_extras.onnx._torch_onnx).
 from pytorch_pfn_extras.onnx import lax, symbolic_registry  # noqa: E402
 from pytorch_pfn_extras.onnx._outputs import as_output, grad, no_grad  # noqa: E402
 

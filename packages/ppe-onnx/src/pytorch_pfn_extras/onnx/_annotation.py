@@ -12,17 +12,9 @@ from typing import Any, TypeVar
 
 import torch
 
+from pytorch_pfn_extras.onnx import _torch_onnx as internals
+
 _T = TypeVar("_T")
-
-
-def _internals() -> Any:
-    from pytorch_pfn_extras.onnx import _torch_onnx_symbolic
-
-    return _torch_onnx_symbolic
-
-
-def _exporting() -> bool:
-    return bool(torch.onnx.is_in_onnx_export()) and torch._C._get_tracing_state() is not None
 
 
 class _TopLevelCalls:
@@ -77,9 +69,8 @@ def annotate(**attrs: Any) -> Iterator[None]:
         >>> with ppe.onnx.annotate(key="value"):  # doctest: +SKIP
         ...     h = self.conv2(h)
     """
-    internals = _internals()
     attrs = internals.check_attrs(attrs)
-    if not _exporting():
+    if not internals.in_export():
         yield
         return
     internals.install()
@@ -109,9 +100,8 @@ def apply_annotation(fn: Callable[..., _T], *args: Any, **attrs: Any) -> _T:
     Returns:
         What ``fn`` returned.
     """
-    internals = _internals()
     attrs = internals.check_attrs(attrs)
-    if not _exporting():
+    if not internals.in_export():
         return fn(*args)
     internals.install()
     span = internals.NodeSpan()
@@ -144,9 +134,8 @@ def scoped_anchor(**attrs: Any) -> Iterator[None]:
     Args:
         attrs: Attribute names and values: bool, int, float, str, or a list of one of them.
     """
-    internals = _internals()
     attrs = internals.check_attrs(attrs)
-    if not _exporting():
+    if not internals.in_export():
         yield
         return
     internals.install()
@@ -156,14 +145,14 @@ def scoped_anchor(**attrs: Any) -> Iterator[None]:
 
     def start(x: torch.Tensor) -> torch.Tensor:
         y, _ = internals.anchor(x, f"Anchor_{index}_start", attrs)
-        return y  # type: ignore[no-any-return]
+        return y
 
     def end(x: torch.Tensor) -> torch.Tensor:
         y, handle = internals.anchor(x, f"Anchor_{index}_end", attrs)
         for previous in last_end:
             internals.drop_anchor(previous)
         last_end[:] = [handle]
-        return y  # type: ignore[no-any-return]
+        return y
 
     def enter(module: torch.nn.Module, args: tuple[Any, ...]) -> Any:
         nonlocal started
@@ -186,4 +175,4 @@ def init_annotate(model: torch.nn.Module, opset_ver: int) -> None:
     exporter hooks early.
     """
     del model, opset_ver
-    _internals().install()
+    internals.install()

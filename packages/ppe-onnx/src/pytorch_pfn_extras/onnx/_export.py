@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import IO, Any, NamedTuple
 
@@ -12,6 +13,16 @@ from pytorch_pfn_extras.onnx._deps import require_onnx
 from pytorch_pfn_extras.onnx._inputs import ModelInputs, model_inputs
 from pytorch_pfn_extras.onnx._strip import LARGE_TENSOR_DATA_THRESHOLD, strip_model
 from pytorch_pfn_extras.onnx._trace import PhaseTrace
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, tuple | list):
+        return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
 
 
 class Exported(NamedTuple):
@@ -48,8 +59,13 @@ def export_model(
     with _torch_onnx.export_mode(model, options.get("training")):
         output = None
         if run:
-            with trace.phase("run"), torch.set_grad_enabled(output_grad):
+            # In the caller's grad mode, as the exporter's own run (a model may differentiate
+            # inside forward); the output keeps its autograd graph only for output_grad.
+            grad_mode = torch.enable_grad() if output_grad else contextlib.nullcontext()
+            with trace.phase("run"), grad_mode:
                 output = model(*inputs.args, **inputs.kwargs)
+            if not output_grad:
+                output = _detached(output)
         with trace.phase("export"):
             data = _torch_onnx.export_to_bytes(
                 model, inputs.args, inputs.kwargs, {**options, "input_names": input_names}

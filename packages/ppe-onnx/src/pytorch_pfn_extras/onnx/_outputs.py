@@ -7,11 +7,9 @@ from typing import Any, TypeVar
 
 import torch
 
+from pytorch_pfn_extras.onnx import _torch_onnx
+
 _T = TypeVar("_T")
-
-
-def _exporting() -> bool:
-    return bool(torch.onnx.is_in_onnx_export()) and torch._C._get_tracing_state() is not None
 
 
 def as_output(name: str, value: torch.Tensor, add_identity: bool = True) -> torch.Tensor:
@@ -32,12 +30,10 @@ def as_output(name: str, value: torch.Tensor, add_identity: bool = True) -> torc
     if not isinstance(value, torch.Tensor):
         message = f"as_output({name!r}, ...) needs a torch.Tensor, got {type(value).__name__}"
         raise TypeError(message)
-    if not _exporting():
+    if not _torch_onnx.in_export():
         return value
-    from pytorch_pfn_extras.onnx import _torch_onnx_symbolic
-
-    _torch_onnx_symbolic.install()
-    return _torch_onnx_symbolic.mark_output(value, name, add_identity)
+    _torch_onnx.install()
+    return _torch_onnx.mark_output(value, name, add_identity)
 
 
 def no_grad(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
@@ -56,22 +52,35 @@ def grad(
 ) -> tuple[torch.Tensor, ...]:
     """The gradients of ``output`` with respect to ``inputs``, as ``torch.autograd.grad``.
 
-    PPE exports this as the ONNX ``Gradient`` operator (``ai.onnx.preview.training``), which
-    onnxruntime's inference build does not run; torch 2.13's exporter gives no hook to build
-    it, so inside an export this raises ``NotImplementedError``.
+    In an export the gradients become an ONNX ``Gradient`` node (domain
+    ``ai.onnx.preview.training``, opset 1) naming ``output`` as its ``y`` and ``inputs`` as its
+    ``xs``, for runtimes that differentiate graphs (onnxruntime's inference build does not run
+    it). ``output`` must then be one tensor.
     """
-    if _exporting():
-        message = (
-            "ppe.onnx.grad cannot be exported with torch "
-            f"{torch.__version__}: the ONNX Gradient operator is not emitted by this version; "
-            "compute the gradient outside the exported model"
-        )
-        raise NotImplementedError(message)
+    outputs = [output] if isinstance(output, torch.Tensor) else list(output)
+    xs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
     del only_inputs  # always True in torch.autograd.grad
-    return torch.autograd.grad(
-        output,
-        inputs,
-        retain_graph=retain_graph,
-        create_graph=create_graph,
-        allow_unused=allow_unused,
-    )
+    if not _torch_onnx.in_export():
+        return torch.autograd.grad(
+            outputs,
+            xs,
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+            allow_unused=allow_unused,
+        )
+    if len(outputs) != 1:
+        message = (
+            "the ONNX Gradient operator differentiates one output; grad() got "
+            f"{len(outputs)} in an export: sum them first"
+        )
+        raise ValueError(message)
+    with _torch_onnx.untraced():
+        grads = torch.autograd.grad(
+            outputs, xs, retain_graph=True, create_graph=create_graph, allow_unused=allow_unused
+        )
+    if any(g is None for g in grads):
+        unused = [i for i, g in enumerate(grads) if g is None]
+        message = f"grad(): inputs {unused} do not reach the output; the ONNX Gradient operator needs a path"
+        raise ValueError(message)
+    _torch_onnx.install()
+    return _torch_onnx.gradient(outputs[0], xs, grads)
