@@ -6,13 +6,13 @@ trigger that a ``(period, unit)`` tuple becomes.
 
 from __future__ import annotations
 
+from pytorch_pfn_extras.training._interval_trigger import IntervalTrigger
 from pytorch_pfn_extras.training._trigger_util import (
     Trigger,
     TriggerLike,
     UnitLiteral,
     get_trigger,
 )
-from pytorch_pfn_extras.training.triggers._interval_trigger import IntervalTrigger
 
 __all__ = [
     "IntervalTrigger",

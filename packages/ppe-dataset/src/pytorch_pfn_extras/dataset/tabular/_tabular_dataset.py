@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import builtins
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeAlias, overload
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, overload
 
 import numpy as np
 import torch
@@ -29,6 +29,42 @@ TransformSpec: TypeAlias = (
 )
 
 _ITER_CHUNK = 1024
+
+#: View mode of a slice: the parent's mode, a tuple where the parent is unary.
+KEEP_OR_TUPLE: Final = "keep-or-tuple"
+
+if TYPE_CHECKING:
+    from pytorch_pfn_extras.dataset.tabular._concat import Concat
+    from pytorch_pfn_extras.dataset.tabular._join import Join
+    from pytorch_pfn_extras.dataset.tabular._transform import Transform
+    from pytorch_pfn_extras.dataset.tabular._view import View
+
+
+class _Derived:
+    """The tables that the operations of :class:`TabularDataset` build.
+
+    They subclass :class:`TabularDataset`, so their modules are built on this one and this one
+    cannot import them; ``pytorch_pfn_extras.dataset.tabular`` (whose ``__init__`` runs before
+    any of its modules is used) hands them over with :func:`use_derived`.
+    """
+
+    View: type[View]
+    Concat: type[Concat]
+    Join: type[Join]
+    Transform: type[Transform]
+
+
+_derived = _Derived()
+
+
+def use_derived(
+    *, view: type[View], concat: type[Concat], join: type[Join], transform: type[Transform]
+) -> None:
+    """Set the classes that ``slice``, ``concat``, ``join`` and ``transform`` build."""
+    _derived.View = view
+    _derived.Concat = concat
+    _derived.Join = join
+    _derived.Transform = transform
 
 
 class TabularDataset(Dataset[Any], abc.ABC):
@@ -165,15 +201,11 @@ class TabularDataset(Dataset[Any], abc.ABC):
 
     def astuple(self) -> TabularDataset:
         """Return a view with tuple mode."""
-        from pytorch_pfn_extras.dataset.tabular._view import View
-
-        return View(self, mode=tuple)
+        return _derived.View(self, mode=tuple)
 
     def asdict(self) -> TabularDataset:
         """Return a view with dict mode."""
-        from pytorch_pfn_extras.dataset.tabular._view import View
-
-        return View(self, mode=dict)
+        return _derived.View(self, mode=dict)
 
     def with_converter(self, converter: Callable[..., Any]) -> TabularDataset:
         """Override the behaviour of :meth:`convert`.
@@ -188,9 +220,7 @@ class TabularDataset(Dataset[Any], abc.ABC):
         if not callable(converter):
             message = f"converter must be callable, got {type(converter).__name__} {converter!r}"
             raise TypeError(message)
-        from pytorch_pfn_extras.dataset.tabular._view import View
-
-        return View(self, converter=converter)
+        return _derived.View(self, converter=converter)
 
     def concat(self, *datasets: TabularDataset) -> TabularDataset:
         """Stack datasets along rows.
@@ -205,9 +235,7 @@ class TabularDataset(Dataset[Any], abc.ABC):
         Raises:
             ValueError: If the keys differ.
         """
-        from pytorch_pfn_extras.dataset.tabular._concat import Concat
-
-        return Concat(self, *datasets)
+        return _derived.Concat(self, *datasets)
 
     def join(self, *datasets: TabularDataset) -> TabularDataset:
         """Stack datasets along columns.
@@ -222,9 +250,7 @@ class TabularDataset(Dataset[Any], abc.ABC):
         Raises:
             ValueError: If the lengths differ or a key appears twice.
         """
-        from pytorch_pfn_extras.dataset.tabular._join import Join
-
-        return Join(self, *datasets)
+        return _derived.Join(self, *datasets)
 
     def transform(self, keys: str | tuple[str, ...], transform: TransformSpec) -> TabularDataset:
         """Apply a transform to each example.
@@ -269,9 +295,7 @@ class TabularDataset(Dataset[Any], abc.ABC):
             >>> out.slice[:, 'neg'].fetch()  # runs only the second function
             [-1, -2]
         """
-        from pytorch_pfn_extras.dataset.tabular._transform import Transform
-
-        return Transform(self, keys, transform, batch=False)
+        return _derived.Transform(self, keys, transform, batch=False)
 
     def transform_batch(
         self, keys: str | tuple[str, ...], transform_batch: TransformSpec
@@ -307,9 +331,7 @@ class TabularDataset(Dataset[Any], abc.ABC):
             >>> out.fetch()[1]
             array([ 0, 11, 22])
         """
-        from pytorch_pfn_extras.dataset.tabular._transform import Transform
-
-        return Transform(self, keys, transform_batch, batch=True)
+        return _derived.Transform(self, keys, transform_batch, batch=True)
 
     # ------------------------------------------------------------------ data access
 
@@ -389,8 +411,6 @@ class _SliceHelper:
         self._dataset = dataset
 
     def __getitem__(self, args: Any) -> TabularDataset:
-        from pytorch_pfn_extras.dataset.tabular._view import KEEP_OR_TUPLE, View
-
         if isinstance(args, tuple):
             if len(args) != 2:
                 message = f"slice takes [rows] or [rows, keys], got {len(args)} indices {args!r}"
@@ -401,9 +421,9 @@ class _SliceHelper:
         dataset = self._dataset
         rows = check_rows(rows_arg, len(dataset), copy=True)
         if keys_arg is None:
-            return View(dataset, rows)
+            return _derived.View(dataset, rows)
         key_indices, unary = check_keys(keys_arg, dataset.keys)
-        return View(dataset, rows, key_indices, None if unary else KEEP_OR_TUPLE)
+        return _derived.View(dataset, rows, key_indices, None if unary else KEEP_OR_TUPLE)
 
 
 class _Batch(list[Any]):

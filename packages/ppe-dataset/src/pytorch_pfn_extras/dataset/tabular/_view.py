@@ -16,10 +16,13 @@ from pytorch_pfn_extras.dataset.tabular._indexing import (
     compose_rows,
     count_rows,
 )
-from pytorch_pfn_extras.dataset.tabular._tabular_dataset import Mode, TabularDataset
+from pytorch_pfn_extras.dataset.tabular._tabular_dataset import (
+    KEEP_OR_TUPLE,
+    Mode,
+    TabularDataset,
+)
 
 INHERIT: Final = "inherit"
-KEEP_OR_TUPLE: Final = "keep-or-tuple"
 ModeSpec: TypeAlias = "Mode | str"
 
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.reporting import DictSummary
+from pytorch_pfn_extras.training._interval_trigger import IntervalTrigger
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, UnitLiteral, get_trigger
-from pytorch_pfn_extras.training.triggers._interval_trigger import IntervalTrigger
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytorch_pfn_extras.training._trigger_util import Trigger, UnitLiteral
-from pytorch_pfn_extras.training.triggers._util import (
+from pytorch_pfn_extras.training._trigger_checks import (
     as_number,
     check_epoch_length,
     check_unit,
     exact_fraction,
     iteration_of_epoch_point,
 )
+from pytorch_pfn_extras.training._trigger_util import Trigger, UnitLiteral
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol

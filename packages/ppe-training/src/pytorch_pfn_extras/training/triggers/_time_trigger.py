@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytorch_pfn_extras.training._trigger_checks import as_number
 from pytorch_pfn_extras.training._trigger_util import Trigger
-from pytorch_pfn_extras.training.triggers._util import as_number
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol

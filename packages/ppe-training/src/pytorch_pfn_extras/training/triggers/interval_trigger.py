@@ -7,7 +7,7 @@ Example:
 
 from __future__ import annotations
 
-from pytorch_pfn_extras.training.triggers._interval_trigger import IntervalTrigger
+from pytorch_pfn_extras.training._interval_trigger import IntervalTrigger
 
 __all__ = [
     "IntervalTrigger",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytorch_pfn_extras.training._trigger_util import Trigger, UnitLiteral
-from pytorch_pfn_extras.training.triggers._util import (
+from pytorch_pfn_extras.training._trigger_base import Trigger, UnitLiteral
+from pytorch_pfn_extras.training._trigger_checks import (
     as_number,
     check_epoch_length,
     check_unit,
