@@ -8,9 +8,8 @@ functions and constants it defines or, for a package, re-exports). For each list
 ``tabular.from_data`` must not hide the function ``tabular.from_data``) and, where the module
 declares ``__all__``, ``from module import *`` brings the name too.
 
-Paths owned by components not built yet (distributed) are strict xfails naming the issue
-that builds them: when the component lands they turn XPASS and the entries must go. Known gaps in
-code this change could not touch are strict xfails naming who fixes them (``_PENDING_*``).
+Known gaps in code this change could not touch are strict xfails naming who fixes them
+(``_PENDING_*``).
 """
 
 from __future__ import annotations
@@ -26,11 +25,6 @@ import pytorch_pfn_extras  # noqa: F401  (the meta-package installs every compon
 _SPEC_FILE = Path(__file__).parent / "data" / "ppe09_module_paths.txt"
 _ROOT = "pytorch_pfn_extras"
 
-
-# Components not built yet: strict xfails, naming the issue that builds them. Their packages exist
-# as placeholders (they import; only their names are missing).
-_DISTRIBUTED_REASON = "ppe.distributed and DistributedEvaluator are built by the distributed issue"
-_PLACEHOLDERS = {f"{_ROOT}.distributed"}
 
 # Known gaps in code this change could not touch: strict xfails naming who fixes them.
 _PENDING_MODULES: dict[str, str] = {}
@@ -48,18 +42,7 @@ def _read_spec() -> dict[str, list[str]]:
 _PATHS = _read_spec()
 
 
-def _not_built(module: str, name: str | None) -> str | None:
-    if module == f"{_ROOT}.distributed" or module.startswith(f"{_ROOT}.distributed."):
-        return _DISTRIBUTED_REASON
-    if name == "DistributedEvaluator":
-        return _DISTRIBUTED_REASON
-    return None
-
-
 def _marks(module: str, name: str | None = None) -> list[pytest.MarkDecorator]:
-    reason = _not_built(module, name)
-    if reason is not None and not (name is None and module in _PLACEHOLDERS):
-        return [pytest.mark.xfail(reason=reason, strict=True)]
     reason = _PENDING_MODULES.get(module) or _PENDING_NAMES.get((module, name or ""))
     if reason is not None:
         return [pytest.mark.xfail(reason=reason, strict=True)]

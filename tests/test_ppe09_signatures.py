@@ -62,13 +62,7 @@ _ROOT = "pytorch_pfn_extras"
 
 # Components not built yet: what they own is skipped while it does not exist, and compared as soon
 # as it does.
-_NOT_BUILT = {
-    f"{_ROOT}.distributed": "ppe.distributed is built by the distributed issue",
-    f"{_ROOT}.training.DistributedEvaluator": "built with ppe.distributed (the distributed issue)",
-    f"{_ROOT}.training.extensions.DistributedEvaluator": (
-        "built with ppe.distributed (the distributed issue)"
-    ),
-}
+_NOT_BUILT: dict[str, str] = {}
 
 # Known differences in code the signature change could not touch: strict xfails naming who
 # fixes them. An entry that turns XPASS has been fixed: remove it.

@@ -116,6 +116,31 @@ def test_accumulated_value_matches_numpy_over_each_interval(
     )
 
 
+@pytest.mark.parametrize(("cls", "reduce"), ACCUMULATES, ids=lambda x: getattr(x, "__name__", ""))
+def test_distributed_accumulation_of_a_single_process_is_the_local_one(
+    tmp_path: Path, cls: type, reduce: Callable[[np.ndarray], Any]
+) -> None:
+    # Without a process group a process is a group of one; the multi-process results are
+    # checked by test_distributed_training.py.
+    recorder = _Recorder("acc")
+    manager = _manager(tmp_path, cls(("loss", "acc"), distributed=True), recorder)
+    _train(manager)
+    np.testing.assert_allclose(
+        [float(v) for _, v in recorder.records],
+        [v for _, v in _expected(reduce, ITERS_PER_EPOCH)],
+        rtol=1e-5,
+    )
+
+
+def test_distributed_accumulation_without_a_process_group_under_a_launcher_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it
+    manager = _manager(tmp_path, AverageAccumulate(("loss", "acc"), distributed=True))
+    with pytest.raises(RuntimeError, match=r"one of 2 \(WORLD_SIZE=2\).*not initialized"):
+        _train(manager)
+
+
 def test_tensors_are_accumulated_element_wise_without_leaving_the_tensor(tmp_path: Path) -> None:
     recorder = _Recorder("max")
     manager = _manager(tmp_path, MaxAccumulate(("vec", "max"), trigger=(2, "iteration")), recorder)
@@ -334,11 +359,6 @@ def test_wait_for_first_optimizer_step_avoids_torch_warning(tmp_path: Path) -> N
         (lambda: LRScheduler.step_by_value(""), ValueError, "non-empty string"),
         (lambda: AverageAccumulate("loss"), ValueError, "pair of"),  # type: ignore[arg-type]
         (lambda: MinAccumulate(("loss", "")), ValueError, "pair of non-empty strings"),
-        (
-            lambda: StandardDeviationAccumulate(("a", "b"), distributed=True),
-            NotImplementedError,
-            r"StandardDeviationAccumulate\(distributed=True\) is not implemented",
-        ),
     ],
 )
 def test_bad_arguments_raise_clear_errors(make: Any, error: type, match: str) -> None:

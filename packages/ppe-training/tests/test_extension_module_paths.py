@@ -60,28 +60,13 @@ _PATHS = {
     for module, names in (line.split(": ") for line in _SPEC.strip().splitlines())
 }
 
-# What the distributed issue builds: DistributedEvaluator. Strict: remove them once it lands.
-_PENDING = {
-    (_PACKAGE, "DistributedEvaluator"),
-    (f"{_PACKAGE}.evaluator", "DistributedEvaluator"),
-}
-_PENDING_EXPORTS = {f"{_PACKAGE}.evaluator"}  # its __all__ lacks DistributedEvaluator
 _OPTIONAL = ("matplotlib", "pandas", "yaml", "ipywidgets", "slack_sdk")
-
-
-def _pending(
-    module: str, name: str | None = None, exports: bool = False
-) -> list[pytest.MarkDecorator]:
-    if (module, name) in _PENDING or (exports and module in _PENDING_EXPORTS):
-        reason = "DistributedEvaluator comes with ppe.distributed (the distributed issue)"
-        return [pytest.mark.xfail(reason=reason, strict=True)]
-    return []
 
 
 @pytest.mark.parametrize(
     ("module", "name"),
     [
-        pytest.param(module, name, marks=_pending(module, name), id=f"{module}:{name}")
+        pytest.param(module, name, id=f"{module}:{name}")
         for module, names in _PATHS.items()
         for name in names
     ],
@@ -92,11 +77,7 @@ def test_module_path_holds_the_name(module: str, name: str) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    [
-        pytest.param(module, marks=_pending(module, exports=True), id=module)
-        for module in _PATHS
-        if module != _PACKAGE
-    ],
+    [pytest.param(module, id=module) for module in _PATHS if module != _PACKAGE],
 )
 def test_module_path_exports_exactly_the_listed_names(module: str) -> None:
     imported = importlib.import_module(module)

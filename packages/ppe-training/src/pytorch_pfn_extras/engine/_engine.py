@@ -10,7 +10,7 @@ import torch
 from pytorch_pfn_extras.handler import BaseLogic, Handler, Logic
 from pytorch_pfn_extras.handler._logic import check_grad_scaler
 from pytorch_pfn_extras.runtime import runtime_registry
-from pytorch_pfn_extras.training._evaluator import Evaluator, MetricFn
+from pytorch_pfn_extras.training._evaluator import DistributedEvaluator, Evaluator, MetricFn
 from pytorch_pfn_extras.training._extension import ExtensionEntry, ExtensionLike
 from pytorch_pfn_extras.training._manager_util import (
     ModelsLike,
@@ -272,24 +272,22 @@ def create_evaluator(
         options: Options of the handler and the logic (``eval_report_keys``...).
         runtime_options: Options of the entry runtime.
         profile: A ``torch.profiler.profile`` stepped after every evaluation step.
-        distributed: Reduce the metrics across processes (not available yet).
+        distributed: Return a :class:`~pytorch_pfn_extras.training.DistributedEvaluator`,
+            whose means are over the samples of every process of ``torch.distributed``
+            (each rank evaluating its share, e.g. through a
+            :class:`~pytorch_pfn_extras.distributed.DistributedValidationSampler`).
 
     Returns:
         The evaluator.
 
     Raises:
         ValueError: Unknown options, or the logic's model is not among ``models``.
-        NotImplementedError: ``distributed=True``.
     """
-    if distributed:
-        message = (
-            "create_evaluator(distributed=True) is not available yet: it comes with ppe.distributed"
-        )
-        raise NotImplementedError(message)
     model_dict = as_dict(models, "models", torch.nn.Module)
     handler = _engine_parts(
         model_dict, None, device, logic, handler_class, options, runtime_options
     )
-    return Evaluator(
+    evaluator_class = DistributedEvaluator if distributed else Evaluator
+    return evaluator_class(
         handler, model_dict, progress_bar=progress_bar, metrics=metrics, profile=profile
     )

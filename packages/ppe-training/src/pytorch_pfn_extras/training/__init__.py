@@ -10,7 +10,7 @@ from pytorch_pfn_extras.training import (
     trigger,
     triggers,
 )
-from pytorch_pfn_extras.training._evaluator import Evaluator
+from pytorch_pfn_extras.training._evaluator import DistributedEvaluator, Evaluator
 from pytorch_pfn_extras.training._extension import (
     PRIORITY_EDITOR,
     PRIORITY_READER,
@@ -36,6 +36,7 @@ from pytorch_pfn_extras.training._version import __version__
 
 __all__ = [
     "AccuracyMetric",
+    "DistributedEvaluator",
     "Evaluator",
     "PRIORITY_EDITOR",
     "PRIORITY_READER",

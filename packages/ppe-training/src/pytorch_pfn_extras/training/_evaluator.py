@@ -9,6 +9,7 @@ from typing import Any, TextIO
 import torch
 
 from pytorch_pfn_extras import reporting
+from pytorch_pfn_extras.distributed._collective import reduce_summary
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
 
@@ -160,9 +161,13 @@ class Evaluator:
                 module.training = training
             if progress is not None:
                 progress.close()
-        means = summary.compute_mean()
+        means = self._summarize(summary).compute_mean()
         reporting.report(means)
         return means
+
+    def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
+        """The summary whose means :meth:`run` reports: this process's own."""
+        return summary
 
     def _loop(
         self,
@@ -205,3 +210,34 @@ class Evaluator:
                 progress.update(batch_idx)
             if self._profile is not None:
                 self._profile.step()
+
+
+class DistributedEvaluator(Evaluator):
+    """An :class:`Evaluator` whose means are over the samples of every process.
+
+    Each process evaluates its own share of the validation data (give each rank a loader
+    over a :class:`~pytorch_pfn_extras.distributed.DistributedValidationSampler`, so that
+    each sample is evaluated exactly once); after the loop, the weighted sums of every
+    reported value are added up over the ranks of the default process group, and every
+    rank reports the same means: those of one process evaluating the whole data set. The
+    reduction is a collective: every rank must run the evaluator at the same iterations
+    (the trainer does). Without a process group it is a plain :class:`Evaluator`. The
+    reported means are Python floats.
+
+    Create it with ``create_evaluator(..., distributed=True)``.
+
+    Args:
+        handler: The handler that runs the steps.
+        models: A module, or a mapping of names to modules.
+        progress_bar: Show the progress of each evaluation on standard output.
+        metrics: Callables ``metric(batch, outputs)`` called after each step.
+        profile: A ``torch.profiler.profile`` stepped after every evaluation step.
+
+    Raises:
+        RuntimeError: (at :meth:`run`) the job was started as several processes but
+            torch.distributed is not initialized.
+    """
+
+    def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
+        """The summary of every rank's values (a collective)."""
+        return reduce_summary(summary, "DistributedEvaluator")

@@ -1,4 +1,4 @@
-"""Default broadcast and all-reduce of DistributedDataParallel, on coalesced buffers."""
+"""Default broadcast of DistributedDataParallel, on coalesced buffers."""
 
 from __future__ import annotations
 
@@ -59,18 +59,6 @@ def _check_dense(tensors: Sequence[torch.Tensor], what: str) -> None:
                 f"pass your own {what.replace(' ', '_')}"
             )
             raise ValueError(message)
-
-
-def all_reduce_mean(tensors: Sequence[torch.Tensor], group: ProcessGroup | None) -> None:
-    """Replace every tensor by its mean over the ranks of ``group``."""
-    _check_dense(tensors, "reduce function")
-    world_size = dist.get_world_size(group)
-
-    def reduce(flat: torch.Tensor) -> None:
-        dist.all_reduce(flat, group=group)
-        flat.div_(world_size)
-
-    _coalesced(tensors, reduce)
 
 
 def broadcast_from_first(tensors: Sequence[torch.Tensor], group: ProcessGroup | None) -> None:

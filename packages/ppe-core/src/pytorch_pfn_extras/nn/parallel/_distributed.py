@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.hooks import RemovableHandle
 
-from pytorch_pfn_extras.nn.parallel._collectives import all_reduce_mean, broadcast_from_first
+from pytorch_pfn_extras.nn.parallel._collectives import broadcast_from_first
+from pytorch_pfn_extras.nn.parallel._reducer import Reducer, missing_gradients_error, missing_names
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -93,9 +95,18 @@ class DistributedDataParallel(torch.nn.Module):
     gradients are averaged over the ranks, so that each rank holds the gradient of the
     mean loss over the whole batch, and the buffers are broadcast again.
 
+    The default reduction overlaps with backward: the gradients are packed into buckets
+    (reverse parameter order, a 1 MiB first bucket then 25 MiB ones, per device and
+    dtype), and a bucket whose gradients are all computed is all-reduced asynchronously
+    while backward goes on; the end of backward waits for the last ones. Every rank issues
+    the same collectives in the same order, whatever its graph.
+
     Unlike :class:`torch.nn.parallel.DistributedDataParallel`, the computation graph may
-    differ between ranks and between iterations: with ``negotiate_grads`` the ranks agree
-    on which parameters got a gradient, and the others contribute zeros.
+    differ between ranks and between iterations. With ``negotiate_grads`` (the default), a
+    parameter that got no gradient on some ranks (an unused branch) counts as a zero
+    gradient there, and every rank ends with the average; a parameter that no rank used
+    keeps no gradient. With ``negotiate_grads=False`` a parameter that requires a gradient
+    and got none is an error naming it (a ``RuntimeError`` raised by ``backward()``).
 
     Args:
         module: torch.nn.Module object to be trained.
@@ -103,14 +114,15 @@ class DistributedDataParallel(torch.nn.Module):
             after backward computations. Broadcasting buffers may be helpful when the
             module includes BatchNormalization. However, it will degrade training
             throughput.
-        negotiate_grads: Agree on the set of parameters to reduce before each
-            all-reduce. This is necessary when the computation graph of the module is
-            dynamic (a parameter gets no gradient on some ranks).
+        negotiate_grads: Treat a missing gradient as zero (needed when the computation
+            graph of the module is dynamic: a parameter gets no gradient on some ranks);
+            with ``False``, a parameter without a gradient after backward is an error.
         process_group: Process group used for broadcasting and reducing
             (default: the world group).
         reduce_function: ``fn(grads, process_group)`` replacing the default all-reduce;
             it must reduce ``grads`` in place (the default averages them). It runs
-            under ``torch.no_grad()``.
+            under ``torch.no_grad()`` at the end of backward (no overlap), after the ranks
+            agreed on the parameters with a gradient (``negotiate_grads``).
         broadcast_function: ``fn(tensors, process_group)`` replacing the default
             broadcast from the group's first rank; it must update ``tensors`` (the
             parameters, then the buffers) in place, and runs under ``torch.no_grad()``.
@@ -170,9 +182,13 @@ class DistributedDataParallel(torch.nn.Module):
         self._broadcast_buffers = broadcast_buffers
         self._negotiate_grads = negotiate_grads
         self._process_group = process_group
-        self._reduce_function: CollectiveFunction = reduce_function or _unless_alone(
-            all_reduce_mean
+        self._reduce_function = reduce_function
+        # The default reduction, overlapped with backward (None with a custom reduce_function).
+        self._reducer = (
+            Reducer(module, process_group, negotiate_grads) if reduce_function is None else None
         )
+        if self._reducer is not None:
+            weakref.finalize(self, self._reducer.remove)
         self._broadcast_function: CollectiveFunction = broadcast_function or _unless_alone(
             broadcast_from_first
         )
@@ -247,6 +263,10 @@ class DistributedDataParallel(torch.nn.Module):
     ) -> RemovableHandle:
         """Registers a hook function, invoked with this module before each synchronization.
 
+        The hook sees the local gradients and may modify them in place (e.g. scale or
+        compress them): while a hook is registered, the default reduction starts at the
+        end of backward, after the hooks, instead of overlapping with it.
+
         Args:
             hook: Callable invoked as ``hook(ddp_module)`` after backward, before the
                 gradients are reduced.
@@ -262,14 +282,38 @@ class DistributedDataParallel(torch.nn.Module):
     def _on_output_grad(self, grad: torch.Tensor) -> None:
         if not self._sync_queued:
             self._sync_queued = True
+            if self._reducer is not None and _distributed():
+                # Comm hooks see the local gradients: then nothing is reduced before them.
+                self._reducer.arm(overlap=not self._comm_hooks)
             _queue_end_of_backward(self._synchronize)
 
     def _synchronize(self) -> None:
         self._sync_queued = False
         for hook in list(self._comm_hooks.values()):
             hook(self)
+        if self._reducer is not None:
+            if _distributed():
+                self._reducer.finish()
+            elif not self._negotiate_grads:
+                self._check_no_missing_gradients()
+        else:
+            self._reduce_with_custom_function()
+        if self._broadcast_buffers:
+            buffers = list(self.module.buffers())
+            if buffers:
+                self._broadcast(buffers)
+
+    def _check_no_missing_gradients(self) -> None:
+        missing = missing_names(self.module)
+        if missing:
+            raise missing_gradients_error(missing)
+
+    def _reduce_with_custom_function(self) -> None:
+        assert self._reduce_function is not None
         params = [param for param in self.module.parameters() if param.requires_grad]
-        if self._negotiate_grads and params and _distributed():
+        if not self._negotiate_grads:
+            self._check_no_missing_gradients()
+        elif params and _distributed():
             has_grad = torch.tensor(
                 [param.grad is not None for param in params],
                 dtype=torch.int32,
@@ -283,10 +327,6 @@ class DistributedDataParallel(torch.nn.Module):
         if grads:
             with torch.no_grad():
                 self._reduce_function(grads, self._process_group)
-        if self._broadcast_buffers:
-            buffers = list(self.module.buffers())
-            if buffers:
-                self._broadcast(buffers)
 
     def _broadcast(self, tensors: list[torch.Tensor]) -> None:
         # Parameters are leaves that require grad: updating them in place needs no_grad.

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pytorch_pfn_extras.training._extension import Extension
 from pytorch_pfn_extras.training.extensions._best_value import BestValue, MaxValue, MinValue
-from pytorch_pfn_extras.training.extensions._evaluator import Evaluator, IgniteEvaluator
+from pytorch_pfn_extras.training.extensions._evaluator import (
+    DistributedEvaluator,
+    Evaluator,
+    IgniteEvaluator,
+)
 from pytorch_pfn_extras.training.extensions._fail_on_non_number import FailOnNonNumber
 from pytorch_pfn_extras.training.extensions._log_report import LogReport
 from pytorch_pfn_extras.training.extensions._lr_scheduler import LRScheduler
@@ -45,6 +49,7 @@ from pytorch_pfn_extras.training.extensions.accumulate import (
 __all__ = [
     "AverageAccumulate",
     "BestValue",
+    "DistributedEvaluator",
     "Evaluator",
     "Extension",
     "FailOnNonNumber",

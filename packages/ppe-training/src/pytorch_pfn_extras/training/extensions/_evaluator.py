@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 import torch
 
 from pytorch_pfn_extras import reporting
+from pytorch_pfn_extras.distributed._collective import reduce_summary
 from pytorch_pfn_extras.runtime._batch import call_with_batch
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
@@ -411,7 +412,11 @@ class Evaluator(Extension):
             finally:
                 if progress is not None:
                     progress.update(final=True)
-        return summary.compute_mean()
+        return self._summarize(summary).compute_mean()
+
+    def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
+        """The summary whose means :meth:`evaluate` returns: this process's own."""
+        return summary
 
 
 def _engine_evaluates(*args: Any, **kwargs: Any) -> Any:
@@ -556,3 +561,32 @@ class IgniteEvaluator(Evaluator):
         for name, value in self.evaluator.state.metrics.items():
             result[f"val/{name}"] = value
         return result
+
+
+class DistributedEvaluator(Evaluator):
+    """An :class:`Evaluator` whose means are over the samples of every process.
+
+    Each process evaluates its own share of the validation data: give each rank an
+    iterator over a :class:`~pytorch_pfn_extras.distributed.DistributedValidationSampler`,
+    so that each sample is evaluated exactly once. After the loop, the sums of every
+    reported value (weighted by batch size) are added up over the ranks of the default
+    process group, so every rank reports the same means, those of one process evaluating
+    the whole data set. The reduction is a collective: every rank must run the evaluator
+    at the same iterations (give it the same trigger everywhere). Without a process group it
+    is a plain :class:`Evaluator`. The means are Python floats.
+
+    The arguments are those of :class:`Evaluator`.
+
+    Raises:
+        RuntimeError: (when called) the job was started as several processes but
+            torch.distributed is not initialized.
+
+    Example:
+        >>> sampler = ppe.distributed.DistributedValidationSampler(val_set)
+        >>> loader = DataLoader(val_set, batch_size=64, sampler=sampler)
+        >>> manager.extend(extensions.DistributedEvaluator(loader, model))
+    """
+
+    def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
+        """The summary of every rank's values (a collective)."""
+        return reduce_summary(summary, "DistributedEvaluator")

@@ -10,6 +10,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
+from pytorch_pfn_extras.distributed._collective import (
+    partial_state_is_mine,
+    rank,
+    reduce_summary,
+)
 from pytorch_pfn_extras.reporting import DictSummary
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension, check_keywords
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
@@ -240,6 +245,15 @@ class LogReport(Extension):
             resume, entries written after the snapshot are dropped from the file.
         format: ``'json'``, ``'json-lines'`` or ``'yaml'``; inferred from the filename
             (``.jsonl``, ``.yaml``) by default, else ``'json'``.
+        distributed: Log the means over the values reported on every process of the default
+            process group: when an entry is emitted, the sums of the interval are added up
+            over the ranks (a collective: every rank needs the LogReport, with the same
+            trigger), so every rank logs the same entry (``elapsed_time`` aside). A key
+            reported on some ranks only is averaged over those reports. Usually only rank
+            0 writes files (give the other ranks a writer that discards, or use
+            ``saver_rank`` for snapshots). In a snapshot written by one rank and loaded by
+            all, the partial interval is that rank's: the others restart theirs empty, so
+            that no value counts twice.
         **kwargs: ``writer``: a writer to use instead of the manager's.
 
     Raises:
@@ -263,6 +277,8 @@ class LogReport(Extension):
         filename: str | None = None,
         append: bool = False,
         format: str | None = None,
+        *,
+        distributed: bool = False,
         **kwargs: Any,
     ) -> None:
         check_keywords("LogReport", kwargs, _KWARGS)
@@ -282,6 +298,7 @@ class LogReport(Extension):
                 f"document cannot be appended to); got format {format!r} for {filename!r}"
             )
             raise ValueError(message)
+        self._distributed = bool(distributed)
         self._keys = None if keys is None else tuple(keys)
         self._log_trigger = get_trigger(trigger)
         self._postprocess = postprocess
@@ -336,8 +353,11 @@ class LogReport(Extension):
             self._emit(manager)
 
     def _emit(self, manager: ExtensionsManagerProtocol) -> None:
+        summary = self._summary
+        if self._distributed:
+            summary = reduce_summary(summary, "LogReport(distributed=True)")
         entry: dict[str, Any] = {
-            key: _to_python(value) for key, value in self._summary.compute_mean().items()
+            key: _to_python(value) for key, value in summary.compute_mean().items()
         }
         entry["epoch"] = manager.epoch
         entry["iteration"] = manager.iteration
@@ -446,7 +466,7 @@ class LogReport(Extension):
 
     def state_dict(self) -> dict[str, Any]:
         """Return the log (unless ``append``), the partial interval and trigger state."""
-        return {
+        state = {
             "log": [] if self._append else [dict(entry) for entry in self._log],
             "summary": self._summary.state_dict(),
             "log_trigger": self._log_trigger.state_dict(),
@@ -454,6 +474,9 @@ class LogReport(Extension):
             "entry_count": self._entry_count,
             "iteration": self._iteration,
         }
+        if self._distributed:
+            state["rank"] = rank()  # whose partial interval "summary" is
+        return state
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
         """Restore a state returned by :meth:`state_dict`, or by PPE 0.9's LogReport (its
@@ -466,7 +489,8 @@ class LogReport(Extension):
             }
         self._log = [dict(entry) for entry in to_load["log"]]
         self._summary = DictSummary()
-        self._summary.load_state_dict(to_load["summary"])
+        if not self._distributed or partial_state_is_mine(to_load):
+            self._summary.load_state_dict(to_load["summary"])
         self._log_trigger.load_state_dict(to_load.get("log_trigger", {}))
         self._n_written = int(to_load.get("n_written", len(self._log)))
         self._entry_count = int(to_load.get("entry_count", max(self._n_written, len(self._log))))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pytorch_pfn_extras.distributed._collective import mean_over_ranks
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, make_extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 
@@ -19,6 +20,7 @@ def _observe(
     target_func: Callable[[ExtensionsManagerProtocol], Any],
     trigger: TriggerLike,
     default_name: str,
+    distributed: bool = False,
 ) -> Callable[[ExtensionsManagerProtocol], None]:
     if not isinstance(observation_key, str) or not observation_key:
         message = f"observation_key must be a non-empty string, got {observation_key!r}"
@@ -30,13 +32,19 @@ def _observe(
 
     @make_extension(trigger=trigger, default_name=default_name, priority=PRIORITY_WRITER)
     def observe(manager: ExtensionsManagerProtocol) -> None:
-        manager.reporter.report({observation_key: target_func(manager)})
+        value = target_func(manager)
+        if distributed:
+            value = mean_over_ranks(value, f"observe_value({observation_key!r}, distributed=True)")
+        manager.reporter.report({observation_key: value})
 
     return observe
 
 
 def observe_value(
-    observation_key: str, target_func: Callable[[ExtensionsManagerProtocol], Any]
+    observation_key: str,
+    target_func: Callable[[ExtensionsManagerProtocol], Any],
+    *,
+    distributed: bool = False,
 ) -> Callable[[ExtensionsManagerProtocol], None]:
     """Return an extension to continuously record a value.
 
@@ -46,21 +54,36 @@ def observe_value(
     value). It is triggered each epoch by default; pass ``trigger=`` to
     :meth:`~pytorch_pfn_extras.training.ExtensionsManager.extend` to change that.
 
+    With ``distributed=True`` the recorded value is the mean of ``target_func(manager)``
+    (a number or a tensor) over every process of the default process group, the same on
+    every rank: a stop trigger (``EarlyStoppingTrigger(monitor=observation_key)``) or a
+    ``ReduceLROnPlateau`` stepped on it takes the same decision everywhere. It is a
+    collective: every rank needs the extension, with the same trigger.
+
     Args:
         observation_key: Key of the observation to record.
         target_func: Function returning the value to record; it takes the manager.
+        distributed: Record the mean over the ranks (keyword-only: PPE 0.9 has no such
+            parameter).
 
     Returns:
         The extension.
 
     Raises:
         ValueError: ``observation_key`` is not a non-empty string.
-        TypeError: ``target_func`` is not callable.
+        TypeError: ``target_func`` is not callable; with ``distributed``, (when called)
+            it returned something other than a number or a tensor.
 
     Example:
         >>> manager.extend(extensions.observe_value("progress", lambda m: m.epoch_detail))
+        >>> manager.extend(  # the loss of this rank's last batch, averaged over the ranks
+        ...     extensions.observe_value(
+        ...         "global/loss", lambda m: m.observation["loss"], distributed=True
+        ...     ),
+        ...     trigger=(1, "epoch"),
+        ... )
     """
-    return _observe(observation_key, target_func, (1, "epoch"), "observe_value")
+    return _observe(observation_key, target_func, (1, "epoch"), "observe_value", distributed)
 
 
 def observe_lr(

@@ -8,12 +8,14 @@ Example:
 from __future__ import annotations
 
 from pytorch_pfn_extras.training.extensions._evaluator import (
+    DistributedEvaluator,
     Evaluator,
     IgniteEvaluator,
     IterationStatus,
 )
 
 __all__ = [
+    "DistributedEvaluator",
     "Evaluator",
     "IgniteEvaluator",
     "IterationStatus",

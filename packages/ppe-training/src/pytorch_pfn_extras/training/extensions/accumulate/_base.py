@@ -11,6 +11,11 @@ result is reported and the accumulation restarts: give it to the constructor, no
 
 Values stay where they are: tensors are combined with tensor operations (no ``.item()``,
 hence no device synchronization, per iteration); Python numbers are combined as floats.
+
+With ``distributed=True`` each process accumulates its own values, and when the reporting
+trigger fires the partial results of all the ranks of the default process group are merged
+(one collective, tensors through the CPU), so every rank reports the result over all the values
+of all the ranks.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pytorch_pfn_extras.distributed._collective import all_gather, partial_state_is_mine, rank
 from pytorch_pfn_extras.training._extension import PRIORITY_EDITOR, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 
@@ -82,7 +88,8 @@ class AccumulateBase(Extension, abc.ABC):
     """Base class of the accumulate extensions (see the module docstring).
 
     A subclass says how its state starts (:meth:`_initial`), how a value is folded in
-    (:meth:`_update`) and what the result is (:meth:`_compute`). The state is a dict of
+    (:meth:`_update`), how the states of two sets of values combine (:meth:`_merge`, for
+    ``distributed``) and what the result is (:meth:`_compute`). The state is a dict of
     floats, tensors or ``None`` (saved as is in snapshots); the number of values folded in
     is kept by this class.
 
@@ -90,11 +97,14 @@ class AccumulateBase(Extension, abc.ABC):
         conversion_key_pair: ``(source, destination)``: the value reported under ``source``
             in each iteration is accumulated; the result is reported under ``destination``.
         trigger: When to report the result and restart; each epoch by default.
-        distributed: Combine the accumulation over all processes (not implemented yet).
+        distributed: Combine the accumulations of all the processes of the default process
+            group when reporting (a collective: every rank needs the extension, with the
+            same trigger). In a snapshot written by one rank and loaded by all, the partial
+            interval is that rank's: the others restart theirs empty, so that no value
+            counts twice.
 
     Raises:
         ValueError: ``conversion_key_pair`` is not a pair of non-empty strings.
-        NotImplementedError: ``distributed=True``.
     """
 
     trigger: TriggerLike = (1, "iteration")
@@ -108,13 +118,7 @@ class AccumulateBase(Extension, abc.ABC):
     ) -> None:
         name = type(self).__name__
         self._source, self._destination = _check_key_pair(name, conversion_key_pair)
-        if distributed:
-            message = (
-                f"{name}(distributed=True) is not implemented yet: the accumulation is "
-                "per process; reduce the values across processes before reporting them, or "
-                "use distributed=False"
-            )
-            raise NotImplementedError(message)
+        self._distributed = bool(distributed)
         self._report_trigger = get_trigger(trigger)
         self._count = 0
         self._state = self._initial()
@@ -128,8 +132,30 @@ class AccumulateBase(Extension, abc.ABC):
         """Fold ``value`` into ``state`` in place; ``count`` includes ``value``."""
 
     @abc.abstractmethod
+    def _merge(
+        self, state: dict[str, Any], count: int, other: dict[str, Any], other_count: int
+    ) -> dict[str, Any]:
+        """The state of the values of ``state`` and of ``other`` together (counts >= 1)."""
+
+    @abc.abstractmethod
     def _compute(self, state: dict[str, Any], count: int) -> Number:
         """The result of ``count`` (at least one) accumulated values."""
+
+    def _gathered(self) -> tuple[dict[str, Any], int]:
+        """The state and count over all ranks (a collective)."""
+        name = type(self).__name__
+        local = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self._state.items()}
+        state, count = self._initial(), 0
+        for other, other_count in all_gather((local, self._count), name):
+            if other_count:
+                state = self._merge(state, count, other, other_count) if count else other
+                count += other_count
+        like = next((v for v in self._state.values() if isinstance(v, torch.Tensor)), None)
+        if like is not None:  # back to this rank's device
+            state = {
+                k: v.to(like.device) if isinstance(v, torch.Tensor) else v for k, v in state.items()
+            }
+        return state, count
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Accumulate this iteration's value; report the result when the trigger fires.
@@ -143,25 +169,33 @@ class AccumulateBase(Extension, abc.ABC):
             self._count += 1
             self._update(self._state, value, self._count)
         if self._report_trigger(manager):
-            if self._count:
-                result = self._compute(self._state, self._count)
+            state, count = self._gathered() if self._distributed else (self._state, self._count)
+            if count:
+                result = self._compute(state, count)
                 manager.reporter.report({self._destination: result})
             self._count = 0
             self._state = self._initial()
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the partial accumulation and the state of the reporting trigger."""
-        return {
+        """Return the partial accumulation and the state of the reporting trigger (and,
+        with ``distributed``, the rank whose partial accumulation it is)."""
+        state = {
             "count": self._count,
             "state": dict(self._state),
             "trigger": self._report_trigger.state_dict(),
         }
+        if self._distributed:
+            state["rank"] = rank()
+        return state
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
         """Restore a state returned by :meth:`state_dict`."""
+        self._report_trigger.load_state_dict(to_load.get("trigger", {}))
+        if self._distributed and not partial_state_is_mine(to_load):
+            self._count, self._state = 0, self._initial()
+            return
         self._count = int(to_load["count"])
         self._state = {**self._initial(), **to_load["state"]}
-        self._report_trigger.load_state_dict(to_load.get("trigger", {}))
 
 
 class ExtremumAccumulate(AccumulateBase):
@@ -177,6 +211,11 @@ class ExtremumAccumulate(AccumulateBase):
         state["value"] = (
             value if current is None else _extremum(current, value, largest=self.largest)
         )
+
+    def _merge(
+        self, state: dict[str, Any], count: int, other: dict[str, Any], other_count: int
+    ) -> dict[str, Any]:
+        return {"value": _extremum(state["value"], other["value"], largest=self.largest)}
 
     def _compute(self, state: dict[str, Any], count: int) -> Number:
         result: Number = state["value"]
@@ -198,6 +237,17 @@ class MomentsAccumulate(AccumulateBase):
         delta = value - state["mean"]
         state["mean"] = state["mean"] + delta / count
         state["m2"] = state["m2"] + delta * (value - state["mean"])
+
+    def _merge(
+        self, state: dict[str, Any], count: int, other: dict[str, Any], other_count: int
+    ) -> dict[str, Any]:
+        # Chan et al.'s pairwise combination of means and sums of squared deviations.
+        total = count + other_count
+        delta = other["mean"] - state["mean"]
+        return {
+            "mean": state["mean"] + delta * (other_count / total),
+            "m2": state["m2"] + other["m2"] + delta * delta * (count * other_count / total),
+        }
 
     def _compute(self, state: dict[str, Any], count: int) -> Number:
         m2: Number = state["m2"]

@@ -16,11 +16,11 @@ class MaxAccumulate(ExtremumAccumulate):
     Args:
         conversion_key_pair: ``(source, destination)`` keys.
         trigger: When to report the maximum; each epoch by default.
-        distributed: Reduce over all processes (not implemented yet: raises).
+        distributed: The maximum over the values of every process (see
+            :class:`~pytorch_pfn_extras.training.extensions.AverageAccumulate`).
 
     Raises:
         ValueError: ``conversion_key_pair`` is not a pair of non-empty strings.
-        NotImplementedError: ``distributed=True``.
 
     Example:
         >>> manager.extend(MaxAccumulate(("grad_norm", "epoch/max_grad_norm")))

@@ -17,11 +17,11 @@ class StandardDeviationAccumulate(MomentsAccumulate):
     Args:
         conversion_key_pair: ``(source, destination)`` keys.
         trigger: When to report the standard deviation; each epoch by default.
-        distributed: Reduce over all processes (not implemented yet: raises).
+        distributed: The standard deviation over the values of every process (see
+            :class:`~pytorch_pfn_extras.training.extensions.AverageAccumulate`).
 
     Raises:
         ValueError: ``conversion_key_pair`` is not a pair of non-empty strings.
-        NotImplementedError: ``distributed=True``.
 
     Example:
         >>> manager.extend(StandardDeviationAccumulate(("loss", "epoch/loss_std")))
