@@ -227,7 +227,7 @@ class NodeSpan:
     """The nodes the tracer adds to the traced graph between ``__init__`` and :meth:`nodes`."""
 
     def __init__(self) -> None:
-        self._graph = torch._C._get_tracing_state().graph()
+        self._graph = _graph()
         # Held so that the wrappers' ids stay unique. Module calls are traced into the blocks
         # of ``prim::TracedModuleForward`` nodes, inlined later: walk the blocks too.
         self._before = list(_all_nodes(self._graph))
@@ -482,12 +482,11 @@ def trace_loop(
         block_input = block.addInputToBlock()
         block_input.setType(value.type())
         inputs.append(_placeholder(block_input, tensor))
+    with untraced():  # the example of the iteration number, not an operation of the model
+        zero = torch.zeros((), dtype=torch.int64)
+    index_type = torch._C.TensorType.create_from_tensor(zero)
     with _tracing_into(block):
-        index_type = torch._C.TensorType.create_from_tensor(torch.zeros((), dtype=torch.int64))
-        index = _placeholder(
-            _insert("prim::NumToTensor", [iteration], index_type),
-            torch.zeros((), dtype=torch.int64),
-        )
+        index = _placeholder(_insert("prim::NumToTensor", [iteration], index_type), zero)
         next_condition, outputs = body(index, inputs)
         if next_condition is None:
             block.registerOutput(graph.insertConstant(True))
@@ -588,7 +587,8 @@ def _finish_gradients(graph: torch._C.Graph) -> None:
 
 def _finish_graph(graph: torch._C.Graph) -> None:
     """Name the marked nodes, move the extra outputs last, remove every marker attribute."""
-    _finish_gradients(graph)
+    if _state is not None and _state.n_gradients:
+        _finish_gradients(graph)
     extra: list[tuple[torch._C.Value, torch._C.Node]] = []
     for node in list(_all_nodes(graph)):
         if node.hasAttribute(TAG_ANNOTATION):
