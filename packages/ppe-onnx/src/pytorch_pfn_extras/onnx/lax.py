@@ -105,20 +105,21 @@ def while_loop(cond_fun: Callable[[_T], Any], body_fun: Callable[[_T], _T], init
     tensor; a Python bool is a condition fixed at export time, and the loop is unrolled.
     """
 
-    def run() -> _T:
+    def run(condition: Any) -> _T:
         val = init_val
-        while bool(cond_fun(val)):
+        while bool(condition):
             val = body_fun(val)
+            condition = cond_fun(val)
         return val
 
     if not _torch_onnx.in_export():
-        return run()
+        return run(cond_fun(init_val))
     carried = _flatten(init_val, "while_loop's init_val")
     condition = cond_fun(init_val)
     if not isinstance(condition, torch.Tensor):
-        return run()
+        return run(condition)
     with _torch_onnx.untraced():
-        result = run()
+        result = run(condition)
     results = _flatten(result, "what while_loop's body_fun returns")
 
     def body(index: torch.Tensor, values: list[torch.Tensor]) -> tuple[Any, list[torch.Tensor]]:
