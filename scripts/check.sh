@@ -8,6 +8,8 @@ V=.venv/bin
 SCRATCH=$(mktemp -d)
 trap 'rm -rf "$SCRATCH"' EXIT
 export MPLBACKEND=Agg NO_MKDOCS_2_WARNING=1
+# hatch's build environments and uv's cache live in the scratch folder: nothing is cached outside
+export HATCH_DATA_DIR="$SCRATCH/hatch" HATCH_CACHE_DIR="$SCRATCH/hatch-cache" UV_CACHE_DIR="$SCRATCH/uv-cache"
 
 step() {
   local name=$1; shift
@@ -19,8 +21,10 @@ step() {
 
 step "ruff" bash -c "$V/ruff check . && $V/ruff format --check ."
 step "mypy (strict, every src/)" "$V/mypy"
-step "wheels: build and check contents" "$V/python" scripts/check_wheels.py --out "$SCRATCH/dist"
+step "wheels and sdists: build (hatch), contents, sdist = wheel, metadata (twine check)" "$V/python" scripts/check_wheels.py --out "$SCRATCH/dist"
 step "each component alone in a fresh environment" bash scripts/isolated.sh "$SCRATCH/dist"
+step "package index: install, pin, upgrade, PPE 0.9, lowest versions" \
+  "$V/python" scripts/check_index.py --dist "$SCRATCH/dist" --work "$SCRATCH/index"
 step "full suite through the meta-package" "$V/python" -m pytest -n 2 -q -p no:cacheprovider
 step "main job" "$V/python" examples/train_digits.py --out "$SCRATCH/result"
 step "docs (mkdocs --strict)" "$V/mkdocs" build --strict --quiet --site-dir "$SCRATCH/site"

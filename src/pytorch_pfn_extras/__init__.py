@@ -7,7 +7,68 @@ through the namespace path below.
 
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
+import os as _os
 from typing import TYPE_CHECKING, Any
+
+
+def _lost_subpackages() -> list[str]:
+    """Return the subpackage folders that hold ``py.typed`` but no ``__init__.py``.
+
+    Every subpackage a component owns ships both. Upgrading pytorch-pfn-extras 0.x in place
+    leaves the first without the second: pip installs the new components, then removes the
+    files of 0.x, which include the components' ``__init__.py`` (and modules) at the paths
+    0.x used too. One scan per namespace folder keeps this check at tens of microseconds.
+    """
+    lost = []
+    for folder in __path__:
+        try:
+            entries = list(_os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if (
+                entry.is_dir()
+                and not _os.path.exists(_os.path.join(entry.path, "__init__.py"))
+                and _os.path.exists(_os.path.join(entry.path, "py.typed"))
+            ):
+                lost.append(entry.path)
+    return sorted(lost)
+
+
+def _incomplete_install_error(lost: list[str]) -> ImportError:
+    """Build the error that names the damaged components and the command repairing them."""
+    import importlib.metadata
+
+    site = _os.path.dirname(_os.path.dirname(lost[0]))
+    wanted = {
+        _os.path.relpath(_os.path.join(folder, "py.typed"), site).replace(_os.sep, "/")
+        for folder in lost
+    }
+    owners = {
+        f"{dist.metadata['Name']}=={dist.version}"
+        for dist in importlib.metadata.distributions()
+        if wanted.intersection(str(file) for file in dist.files or [])
+    }
+    repair = " ".join(sorted(owners)) or (
+        "ppe-core ppe-training ppe-runtime-cuda ppe-onnx ppe-config ppe-dataset"
+    )
+    folders = "".join(f"\n    {folder}" for folder in lost)
+    message = (
+        "pytorch_pfn_extras is installed incompletely: these subpackages lost their"
+        f" __init__.py (and possibly other modules):{folders}\n"
+        "Upgrading pytorch-pfn-extras 0.x in place does this: pip installs the new components,"
+        " then removes the old version's files, some of which are now the components' own.\n"
+        f"Repair this environment with:\n    pip install --force-reinstall --no-deps {repair}\n"
+        "To upgrade from 0.x, remove it first:\n"
+        "    pip uninstall -y pytorch-pfn-extras && pip install pytorch-pfn-extras"
+    )
+    return ImportError(message)
+
+
+_lost = _lost_subpackages()
+if _lost:
+    raise _incomplete_install_error(_lost)
+del _lost
 
 # Imported now: what the top-level names need, and the CUDA runtime (it registers itself).
 import pytorch_pfn_extras.cuda
