@@ -17,7 +17,7 @@ pip install "torch==2.13.0"
 pip install -r requirements-dev.txt
 pip install \
   -e "packages/ppe-core[tensorboard]" \
-  -e "packages/ppe-training[ignite,plot,slack,notebook,pandas,yaml]" \
+  -e "packages/ppe-training[ignite,plot,slack,notebook,pandas,yaml,torchdata]" \
   -e "packages/ppe-runtime-cuda" \
   -e "packages/ppe-onnx[runtime]" \
   -e "packages/ppe-config[optuna,yaml]" \

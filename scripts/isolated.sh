@@ -21,7 +21,7 @@ run_one() {
   local comp=$1 venv=.venvs/$1 reqs=()
   case $comp in
     ppe-core)         reqs=("$(wheel ppe-core)[tensorboard]" torch==2.13.0) ;;
-    ppe-training)     reqs=("$(wheel ppe-core)[tensorboard]" "$(wheel ppe-training)[ignite,plot,slack,notebook,pandas,yaml]" torch==2.13.0) ;;
+    ppe-training)     reqs=("$(wheel ppe-core)[tensorboard]" "$(wheel ppe-training)[ignite,plot,slack,notebook,pandas,yaml,torchdata]" torch==2.13.0) ;;
     ppe-runtime-cuda) reqs=("$(wheel ppe-core)" "$(wheel ppe-runtime-cuda)" torch==2.13.0) ;;
     ppe-onnx)         reqs=("$(wheel ppe-core)" "$(wheel ppe-onnx)[runtime]" torch==2.13.0) ;;
     # without optuna (which needs numpy): the optuna tests run in the full suite

@@ -315,6 +315,29 @@ def test_saver_rank_writes_on_one_rank_and_every_rank_autoloads(tmp_path: Any) -
     assert _names(tmp_path) == ["snapshot_iter_2", "snapshot_iter_4"]
 
 
+@pytest.mark.slow
+def test_snapshot_on_error_is_written_by_the_saver_rank_only(tmp_path: Any) -> None:
+    script = Path(__file__).with_name("training_dist_snapshot.py")
+    port = str(_free_port())
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path), str(rank), "2", port, "on_error"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [p.communicate(timeout=300) for p in processes]
+    for rank, (process, (stdout, _)) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0, [o[1][-3000:] for o in outputs]
+        assert f"FAILED diverged on rank {rank}" in stdout
+    assert (tmp_path / "writers").read_text() == "0\n"
+    assert _names(tmp_path) == ["error_2", "writers"]
+    state = torch.load(tmp_path / "error_2", weights_only=True)
+    assert state["_start_iteration"] == 2
+
+
 @pytest.mark.gpu
 def test_cuda_training_resumes_from_cpu_loaded_snapshot_without_per_iteration_syncs(
     tmp_path: Any,

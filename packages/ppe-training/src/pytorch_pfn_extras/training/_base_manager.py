@@ -559,7 +559,22 @@ class _BaseExtensionsManager:
         ``models``, ``optimizers``, ``extensions`` (each extension's and trigger's state),
         ``state_objects`` and ``ppe_version`` (the version of ppe-training that wrote it);
         and this project's own: ``elapsed_time`` and ``stop_trigger`` (its state and its
-        last result).
+        last result). It is :meth:`training_state_dict` and :meth:`rank_state_dict` with
+        the models' and optimizers' ``state_dict()``.
+        """
+        state = self.training_state_dict()
+        state["models"] = {name: m.state_dict() for name, m in self._models.items()}
+        state["optimizers"] = {name: o.state_dict() for name, o in self._optimizers.items()}
+        state.update(self.rank_state_dict())
+        return state
+
+    def training_state_dict(self) -> dict[str, Any]:
+        """The state of the training loop itself, the same on every rank of a job.
+
+        The iteration, the extensions' and triggers' state, the stop trigger, the elapsed
+        time and ``ppe_version``: :meth:`state_dict` without the models, the optimizers and
+        :meth:`rank_state_dict`. Sharded snapshots save it once (from the saver rank) and
+        load it on every rank.
         """
         if self._started and self._stop_iteration != self.iteration:
             # A snapshot taken before the stop trigger ran this iteration records it
@@ -568,10 +583,7 @@ class _BaseExtensionsManager:
         return {
             "_start_iteration": self.iteration,
             "_start_execution": self.iteration,
-            "models": {name: m.state_dict() for name, m in self._models.items()},
-            "optimizers": {name: o.state_dict() for name, o in self._optimizers.items()},
             "extensions": {name: e.state_dict() for name, e in self._extensions.items()},
-            "state_objects": {name: o.state_dict() for name, o in self._state_objects.items()},
             "ppe_version": __version__,
             "elapsed_time": self.elapsed_time if self._start_time is not None else 0.0,
             "stop_trigger": {
@@ -580,6 +592,14 @@ class _BaseExtensionsManager:
                 "result": self._stop_result,
             },
         }
+
+    def rank_state_dict(self) -> dict[str, Any]:
+        """The state that may differ between the ranks of a job: ``state_objects``.
+
+        Data loaders with ``state_dict()`` (their position in the epoch), random states...
+        Sharded snapshots save it for every rank; each rank loads its own.
+        """
+        return {"state_objects": {name: o.state_dict() for name, o in self._state_objects.items()}}
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
         """Restore a state returned by :meth:`state_dict`, or written by PPE 0.9.
@@ -593,9 +613,8 @@ class _BaseExtensionsManager:
             ValueError: ``to_load`` is not a manager state, or its models or optimizers
                 differ from the manager's.
         """
-        iteration = to_load.get("_start_iteration", to_load.get("iteration"))
         missing = [key for key in ("models", "optimizers") if key not in to_load]
-        if iteration is None:
+        if to_load.get("_start_iteration", to_load.get("iteration")) is None:
             missing.insert(0, "_start_iteration")
         if missing:
             message = (
@@ -603,13 +622,7 @@ class _BaseExtensionsManager:
                 "a file written by snapshot_object() loads into its own target"
             )
             raise ValueError(message)
-        version = to_load.get("ppe_version")
-        if version is not None and str(version) != __version__:
-            message = (
-                f"loading a snapshot written by version {version} into version {__version__} "
-                "of ppe-training"
-            )
-            warnings.warn(message, UserWarning, stacklevel=2)
+        _warn_version(to_load)
         for kind, mine in (("models", self._models), ("optimizers", self._optimizers)):
             theirs = to_load[kind]
             if set(theirs) != set(mine):
@@ -622,6 +635,23 @@ class _BaseExtensionsManager:
             model.load_state_dict(to_load["models"][name])
         for name, optimizer in self._optimizers.items():
             optimizer.load_state_dict(to_load["optimizers"][name])
+        self._load_training_state(to_load)
+        self.load_rank_state_dict(to_load)
+
+    def load_training_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`training_state_dict` (models, optimizers and
+        state objects are left as they are).
+
+        Raises:
+            ValueError: ``to_load`` has no iteration (``_start_iteration``).
+        """
+        if to_load.get("_start_iteration", to_load.get("iteration")) is None:
+            message = f"not a training state: it lacks '_start_iteration' (keys: {sorted(to_load)})"
+            raise ValueError(message)
+        _warn_version(to_load)
+        self._load_training_state(to_load)
+
+    def _load_training_state(self, to_load: Mapping[str, Any]) -> None:
         extensions = to_load.get("extensions", {})
         warn_unmatched(
             "extensions",
@@ -631,15 +661,6 @@ class _BaseExtensionsManager:
         for name, entry in self._extensions.items():
             if name in extensions:
                 entry.load_state_dict(extensions[name])
-        objects = to_load.get("state_objects", {})
-        warn_unmatched(
-            "state objects",
-            set(self._state_objects) - set(objects),
-            set(objects) - set(self._state_objects),
-        )
-        for name, obj in self._state_objects.items():
-            if name in objects:
-                obj.load_state_dict(objects[name])
         stop = to_load.get("stop_trigger")
         if stop is not None:
             self._stop_trigger.load_state_dict(stop["state"])
@@ -649,7 +670,30 @@ class _BaseExtensionsManager:
                 # training length (more epochs) goes on instead of stopping where it was.
                 self._stop_iteration = int(stop["evaluated_at"])
                 self._stop_result = bool(stop["result"])
-        self.iteration = int(iteration)
+        self.iteration = int(to_load.get("_start_iteration", to_load.get("iteration", 0)))
         self._elapsed_before = float(to_load.get("elapsed_time", 0.0))
         if self._start_time is not None:
             self._start_time = time.perf_counter()
+
+    def load_rank_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        """Restore a state returned by :meth:`rank_state_dict` (state objects missing from
+        it, or unknown, are reported with a warning naming them)."""
+        objects = to_load.get("state_objects", {})
+        warn_unmatched(
+            "state objects",
+            set(self._state_objects) - set(objects),
+            set(objects) - set(self._state_objects),
+        )
+        for name, obj in self._state_objects.items():
+            if name in objects:
+                obj.load_state_dict(objects[name])
+
+
+def _warn_version(to_load: Mapping[str, Any]) -> None:
+    version = to_load.get("ppe_version")
+    if version is not None and str(version) != __version__:
+        message = (
+            f"loading a snapshot written by version {version} into version {__version__} "
+            "of ppe-training"
+        )
+        warnings.warn(message, UserWarning, stacklevel=3)

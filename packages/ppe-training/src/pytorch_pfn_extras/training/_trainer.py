@@ -53,6 +53,13 @@ def _set_rng_state(state: Mapping[str, Any], loader: Any) -> None:
         generator.set_state(state["loader_generator"])
 
 
+def _is_stateful(loader: Any) -> bool:
+    """Whether ``loader`` saves its position itself (``state_dict``/``load_state_dict``)."""
+    return callable(getattr(loader, "state_dict", None)) and callable(
+        getattr(loader, "load_state_dict", None)
+    )
+
+
 class _EvaluatorExtension:
     """Runs one of the trainer's evaluators as an extension of its manager."""
 
@@ -81,13 +88,14 @@ class _TrainerManager(ExtensionsManager):
         super().__init__(*args, iters_per_epoch=1, **kwargs)
         self._trainer = trainer
 
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
+    def rank_state_dict(self) -> dict[str, Any]:
+        # The trainer's position (random states, a stateful loader's) may differ per rank.
+        state = super().rank_state_dict()
         state["trainer"] = self._trainer._position_state()
         return state
 
-    def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
-        super().load_state_dict(to_load)
+    def load_rank_state_dict(self, to_load: Mapping[str, Any]) -> None:
+        super().load_rank_state_dict(to_load)
         self._trainer._load_position_state(to_load.get("trainer"))
 
     def begin_run(self, iters_per_epoch: int) -> None:
@@ -146,6 +154,9 @@ class Trainer:
     re-creates that epoch's order of batches (a shuffling ``DataLoader`` draws the same
     permutation), skips the batches already trained on, and continues with the random
     state of the moment of the snapshot: it ends with the weights of an uninterrupted run.
+    A loader with ``state_dict()``/``load_state_dict()`` (torchdata's
+    ``StatefulDataLoader``) is saved with the position and resumes there itself, without
+    loading the skipped batches again.
 
     Args:
         handler: The handler that runs the steps.
@@ -284,6 +295,9 @@ class Trainer:
         state: dict[str, Any] = {"rng": _rng_state(self._loader)}
         if self._epoch_rng is not None:
             state["epoch_rng"] = self._epoch_rng
+        if _is_stateful(self._loader):
+            # torchdata's StatefulDataLoader: its position (sampler, workers) resumes exactly.
+            state["loader"] = self._loader.state_dict()
         return state
 
     def _load_position_state(self, state: Mapping[str, Any] | None) -> None:
@@ -377,6 +391,15 @@ class Trainer:
             start = resume.get("epoch_rng") if position else resume["rng"]
             if start is not None:
                 _set_rng_state(start, loader)
+        if position and resume is not None and "loader" in resume and _is_stateful(loader):
+            # A stateful loader resumes in the middle of its epoch by itself: no replay. The
+            # random states are restored after iter(), which draws the (unused) seeds of a
+            # new epoch from the loader's generator.
+            loader.load_state_dict(resume["loader"])  # type: ignore[attr-defined]
+            resumed = iter(loader)
+            _set_rng_state(resume["rng"], loader)
+            self._epoch_rng = resume.get("epoch_rng")
+            return resumed
         self._epoch_rng = _rng_state(loader)
         iterator = iter(loader)
         for _ in range(position):  # skip the batches trained on before the snapshot

@@ -30,8 +30,20 @@ def _is_disallowed_global(error: BaseException) -> bool:
 
 
 class SnapshotMode(enum.Enum):
-    """How :func:`snapshot` writes: ``DEFAULT`` one file (by ``saver_rank`` with
-    ``torch.distributed``); ``DISTRIBUTED`` and ``SHARDED`` are distributed modes."""
+    """How :func:`snapshot` writes.
+
+    Attributes:
+        DEFAULT: One file, through the writer (by ``saver_rank`` alone with
+            ``torch.distributed``; every rank loads it).
+        DISTRIBUTED: One directory per snapshot in which every rank writes its own full
+            ``state_dict()`` (``rank_<r>.pt``), for state that differs per rank; it resumes
+            on the same number of ranks.
+        SHARDED: One directory per snapshot written by every rank through
+            ``torch.distributed.checkpoint`` (each rank its shards of FSDP2 models and
+            optimizers, replicated tensors once); it resumes on any number of ranks.
+
+    The directory modes commit a snapshot only when every rank finished writing it.
+    """
 
     DEFAULT = 1
     DISTRIBUTED = 2
@@ -64,6 +76,34 @@ class _StateObjects:
             obj.load_state_dict(to_load[name])
 
 
+def _check_options(
+    filename: Any, condition: Any, n_retains: Any, autoload: bool, saver_rank: Any
+) -> None:
+    """Check the options every snapshot mode shares."""
+    if not isinstance(filename, str) and not callable(filename):
+        message = f"snapshot filename must be a str or a callable, got {filename!r}"
+        raise TypeError(message)
+    if condition is not None and not callable(condition):
+        message = f"snapshot condition must be a callable or None, got {condition!r}"
+        raise TypeError(message)
+    if isinstance(n_retains, bool) or not isinstance(n_retains, int) or n_retains == 0:
+        message = f"n_retains must be a positive integer, or -1 to keep all, got {n_retains!r}"
+        raise ValueError(message)
+    if saver_rank is not None and (
+        isinstance(saver_rank, bool) or not isinstance(saver_rank, int) or saver_rank < 0
+    ):
+        message = f"saver_rank must be a rank (an integer >= 0) or None, got {saver_rank!r}"
+        raise ValueError(message)
+    if (autoload or n_retains > 0) and not isinstance(filename, str):
+        message = (
+            "autoload and n_retains need a str filename template to find the "
+            f"snapshots, got the callable {filename!r}"
+        )
+        raise ValueError(message)
+    if isinstance(filename, str) and (autoload or n_retains > 0):
+        SnapshotFiles(filename)  # a template it cannot list snapshots of fails here
+
+
 class _Snapshot(Extension):
     """The extension returned by :func:`snapshot` and :func:`snapshot_object`."""
 
@@ -84,31 +124,11 @@ class _Snapshot(Extension):
         saver_rank: int | None,
         default_name: str,
     ) -> None:
-        if not isinstance(filename, str) and not callable(filename):
-            message = f"snapshot filename must be a str or a callable, got {filename!r}"
-            raise TypeError(message)
-        if condition is not None and not callable(condition):
-            message = f"snapshot condition must be a callable or None, got {condition!r}"
-            raise TypeError(message)
-        if isinstance(n_retains, bool) or not isinstance(n_retains, int) or n_retains == 0:
-            message = f"n_retains must be a positive integer, or -1 to keep all, got {n_retains!r}"
-            raise ValueError(message)
-        if saver_rank is not None and (
-            isinstance(saver_rank, bool) or not isinstance(saver_rank, int) or saver_rank < 0
-        ):
-            message = f"saver_rank must be a rank (an integer >= 0) or None, got {saver_rank!r}"
-            raise ValueError(message)
+        _check_options(filename, condition, n_retains, autoload, saver_rank)
         self._files: SnapshotFiles | None = None
         if autoload or n_retains > 0:
-            if not isinstance(filename, str):
-                message = (
-                    "autoload and n_retains need a str filename template to find the "
-                    f"snapshots, got the callable {filename!r}"
-                )
-                raise ValueError(message)
+            assert isinstance(filename, str)
             self._files = SnapshotFiles(filename)
-        if isinstance(target, Mapping) and not callable(getattr(target, "state_dict", None)):
-            target = _StateObjects(target)
         self._target = target
         self._filename = filename
         self._condition = condition
@@ -292,6 +312,7 @@ def snapshot(
     autoload: bool = False,
     saver_rank: int | None = None,
     snapshot_mode: SnapshotMode = SnapshotMode.DEFAULT,
+    async_save: bool = False,
 ) -> Extension:
     """Return an extension that saves the manager's state, to resume training later.
 
@@ -307,6 +328,17 @@ def snapshot(
     ``torch.load(..., weights_only=True, map_location='cpu')``: a snapshot may hold only
     tensors, numbers, strings, ``None`` and lists/dicts of them; register other classes
     with ``torch.serialization.add_safe_globals``.
+
+    With ``snapshot_mode=SnapshotMode.SHARDED`` every rank writes the directory
+    ``out_dir/filename/`` together through ``torch.distributed.checkpoint`` (the models
+    and optimizers by ``get_state_dict``: FSDP2 shards, DDP and plain models once; the
+    training state from the saver rank; each rank's ``state_objects``); it is committed
+    (renamed from a hidden temporary) once every rank finished, and resumes on any number
+    of ranks. ``SnapshotMode.DISTRIBUTED`` writes each rank's ``state_dict()`` into the
+    directory instead. Every rank must run these at the same iterations; a rank that does
+    not arrive within the process group's timeout is named in the error. A committed
+    directory with a missing shard is an error naming it. See
+    ``docs/sharded-snapshots.md``.
 
     Args:
         savefun: ``savefun(target, fileobj)``; a :class:`~pytorch_pfn_extras.writing.
@@ -324,44 +356,110 @@ def snapshot(
             remains.
         autoload: Load the newest loadable snapshot before training starts.
         saver_rank: With ``torch.distributed``, only this rank writes; every rank loads.
+            In the directory modes, the rank that writes the training state and commits
+            (``0`` by default).
         snapshot_mode: :class:`SnapshotMode` (``DEFAULT``: one file).
+        async_save: With ``SHARDED``, write in the background (``torch.distributed.
+            checkpoint.async_save``): the iteration waits only while the state is copied
+            in memory. Never two saves in flight: a save waits for the previous one; a
+            failed one raises at the next save or when training ends.
 
     Returns:
         The snapshot extension.
 
     Raises:
-        TypeError: Both ``savefun`` and ``writer``.
+        TypeError: Both ``savefun`` and ``writer``; either in a directory mode.
         ValueError: A bad ``n_retains``, or ``autoload``/``n_retains`` with a callable
-            filename.
-        NotImplementedError: A distributed ``snapshot_mode`` (not supported yet).
+            filename; ``async_save`` without ``SHARDED``; ``snapshot_on_error`` in a
+            directory mode.
 
     Example:
         >>> manager.extend(extensions.snapshot(n_retains=3, autoload=True))
     """
-    _check_mode(snapshot_mode)
-    return _Snapshot(
+    return _make(
         target,
         filename,
+        savefun=savefun,
         condition=condition,
-        writer=_writer_for(savefun, writer),
+        writer=writer,
         snapshot_on_error=snapshot_on_error,
         n_retains=n_retains,
         autoload=autoload,
         saver_rank=saver_rank,
-        default_name="_Snapshot",
+        snapshot_mode=snapshot_mode,
+        async_save=async_save,
     )
 
 
-def _check_mode(snapshot_mode: Any) -> None:
+def _make(
+    target: Any,
+    filename: Filename,
+    *,
+    savefun: Any,
+    condition: Callable[[], bool] | None,
+    writer: Writer | None,
+    snapshot_on_error: bool,
+    n_retains: int,
+    autoload: bool,
+    saver_rank: int | None,
+    snapshot_mode: Any,
+    async_save: Any,
+) -> Extension:
     if not isinstance(snapshot_mode, SnapshotMode):
         message = f"snapshot_mode must be a SnapshotMode, got {snapshot_mode!r}"
         raise TypeError(message)
-    if snapshot_mode is not SnapshotMode.DEFAULT:
+    if not isinstance(async_save, bool):
+        message = f"async_save must be a bool, got {async_save!r}"
+        raise TypeError(message)
+    if async_save and snapshot_mode is not SnapshotMode.SHARDED:
         message = (
-            f"{snapshot_mode} is not supported yet: use SnapshotMode.DEFAULT (with "
-            "saver_rank under torch.distributed)"
+            f"async_save=True needs snapshot_mode=SnapshotMode.SHARDED, got {snapshot_mode}; "
+            "a DEFAULT snapshot writes in the background with writer=ThreadWriter()"
         )
-        raise NotImplementedError(message)
+        raise ValueError(message)
+    if isinstance(target, Mapping) and not callable(getattr(target, "state_dict", None)):
+        target = _StateObjects(target)
+    if snapshot_mode is SnapshotMode.DEFAULT:
+        return _Snapshot(
+            target,
+            filename,
+            condition=condition,
+            writer=_writer_for(savefun, writer),
+            snapshot_on_error=snapshot_on_error,
+            n_retains=n_retains,
+            autoload=autoload,
+            saver_rank=saver_rank,
+            default_name="_Snapshot",
+        )
+    if savefun is not None or writer is not None:
+        message = (
+            f"{snapshot_mode} writes a directory with every rank (through "
+            "torch.distributed.checkpoint for SHARDED); savefun and writer apply to "
+            "SnapshotMode.DEFAULT only"
+        )
+        raise TypeError(message)
+    if snapshot_on_error:
+        message = (
+            f"snapshot_on_error=True needs SnapshotMode.DEFAULT (one file written by the "
+            f"saver rank alone); {snapshot_mode} needs every rank, which a failed run may "
+            "not have"
+        )
+        raise ValueError(message)
+    _check_options(filename, condition, n_retains, autoload, saver_rank)
+    from pytorch_pfn_extras.training.extensions._collective_snapshot import (
+        _CollectiveSnapshot,
+    )
+
+    return _CollectiveSnapshot(
+        target,
+        filename,
+        mode=snapshot_mode.name,
+        condition=condition,
+        n_retains=n_retains,
+        autoload=autoload,
+        saver_rank=saver_rank,
+        async_save=async_save,
+    )
 
 
 _OBJECT_KWARGS = (
@@ -372,6 +470,7 @@ _OBJECT_KWARGS = (
     "autoload",
     "saver_rank",
     "snapshot_mode",
+    "async_save",
 )
 
 
@@ -392,7 +491,8 @@ def snapshot_object(
         savefun: ``savefun(target, fileobj)``; exclusive with ``writer``.
         **kwargs: The keyword arguments of :func:`snapshot`: ``condition``, ``writer``,
             ``snapshot_on_error``, ``n_retains``, ``autoload``, ``saver_rank``,
-            ``snapshot_mode``.
+            ``snapshot_mode``, ``async_save``. With ``SnapshotMode.SHARDED`` the
+            directory holds ``target.state_dict()`` (DTensor shards as they are).
 
     Returns:
         The snapshot extension.
@@ -405,15 +505,16 @@ def snapshot_object(
         >>> manager.extend(extensions.snapshot_object(model, "model_{.epoch}.pt"))
     """
     check_keywords("snapshot_object", kwargs, _OBJECT_KWARGS)
-    _check_mode(kwargs.get("snapshot_mode", SnapshotMode.DEFAULT))
-    return _Snapshot(
+    return _make(
         target,
         filename,
+        savefun=savefun,
         condition=kwargs.get("condition"),
-        writer=_writer_for(savefun, kwargs.get("writer")),
+        writer=kwargs.get("writer"),
         snapshot_on_error=kwargs.get("snapshot_on_error", False),
         n_retains=kwargs.get("n_retains", -1),
         autoload=kwargs.get("autoload", False),
         saver_rank=kwargs.get("saver_rank"),
-        default_name="_Snapshot",
+        snapshot_mode=kwargs.get("snapshot_mode", SnapshotMode.DEFAULT),
+        async_save=kwargs.get("async_save", False),
     )

@@ -1,0 +1,186 @@
+"""One rank of the sharded snapshot tests (started by torch.distributed.run, or alone).
+
+``python sharded_train.py OUT_DIR [options]`` trains a tiny MLP with Adam, a StepLR state
+object and LogReport for ``--epochs`` epochs of 4 iterations, with
+``snapshot(snapshot_mode=--mode, autoload=True)`` every 2 iterations. The global batch of 4
+rows depends only on the iteration and is split between the ranks, whose gradients are
+averaged (by FSDP2, DDP, or by hand for a plain model), so every world size dividing 4 trains
+the same weights. ``--stop-at N`` ends the run after iteration N (a preempted job). Rank 0
+writes ``--result`` (the full weights, the iteration and LogReport's log) with torch.save.
+Started without torch.distributed.run it runs in one process without a process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import signal
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pytorch_pfn_extras import reporting
+from pytorch_pfn_extras.training import ExtensionsManager
+from pytorch_pfn_extras.training import extensions as ext_module
+
+ROWS = 4
+ITERS_PER_EPOCH = 4
+
+
+class RankNote:
+    """A state object that differs per rank (what a DistributedSampler loader's state does)."""
+
+    def __init__(self, rank: int) -> None:
+        self.state = {"rank": rank, "steps": 0}
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state = dict(state)
+
+
+def batch(iteration: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1000 + iteration)
+    x = torch.randn(ROWS, 4, generator=generator)
+    return x, x.sum(1, keepdim=True).repeat(1, 4) * 0.5
+
+
+def build_model(kind: str, world: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """``(model given to the manager, the module whose full weights are compared)``."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    if kind == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(net[0])
+        fully_shard(net[2])
+        fully_shard(net)
+        return net, net
+    if kind == "ddp":
+        ddp = torch.nn.parallel.DistributedDataParallel(net)
+        return ddp, net
+    return net, net
+
+
+def full_weights(kind: str, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    if kind == "fsdp":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(model, options=options)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--model", choices=["fsdp", "ddp", "plain"], default="plain")
+    parser.add_argument("--mode", choices=["SHARDED", "DISTRIBUTED"], default="SHARDED")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--stop-at", type=int, default=0)
+    parser.add_argument("--result", default="")
+    parser.add_argument("--timeout", type=float, default=20.0)
+    parser.add_argument("--async-save", action="store_true")
+    parser.add_argument("--n-retains", type=int, default=-1)
+    parser.add_argument("--kill-rank", type=int, default=-1, help="SIGKILL this rank ...")
+    parser.add_argument("--kill-at", type=int, default=0, help="... writing this snapshot")
+    parser.add_argument("--skip-rank", type=int, default=-1, help="this rank skips snapshots")
+    args = parser.parse_args(argv)
+
+    distributed = "RANK" in os.environ
+    if distributed:
+        timeout = datetime.timedelta(seconds=args.timeout)
+        dist.init_process_group("gloo", timeout=timeout)
+    rank = dist.get_rank() if distributed else 0
+    world = dist.get_world_size() if distributed else 1
+    model, inner = build_model(args.model if distributed else "plain", world)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
+    manager = ExtensionsManager(
+        model,
+        optimizer,
+        args.epochs,
+        iters_per_epoch=ITERS_PER_EPOCH,
+        out_dir=args.out,
+        state_objects={"scheduler": scheduler, "note": RankNote(rank)},
+    )
+    manager.extend(
+        ext_module.LogReport(trigger=(1, "iteration"), filename="log" if rank == 0 else None)
+    )
+    skip = rank == args.skip_rank
+    snapshot = ext_module.snapshot(
+        snapshot_mode=ext_module.SnapshotMode[args.mode],
+        autoload=True,
+        n_retains=args.n_retains,
+        async_save=args.async_save,
+        condition=lambda: not skip,
+    )
+    manager.extend(snapshot, trigger=(2, "iteration"))
+    if rank == args.kill_rank:
+        arm_kill(args.kill_at)
+
+    local = slice(rank, ROWS, world)
+    try:
+        while not manager.stop_trigger:
+            if args.stop_at and manager.iteration >= args.stop_at:
+                manager.finalize()  # a preempted job that ends cleanly
+                break
+            x, t = batch(manager.iteration)
+            with manager.run_iteration():
+                loss = torch.nn.functional.mse_loss(model(x[local]), t[local])
+                optimizer.zero_grad()
+                loss.backward()
+                if distributed and args.model == "plain":
+                    for p in model.parameters():
+                        assert p.grad is not None
+                        dist.all_reduce(p.grad)
+                        p.grad /= world
+                optimizer.step()
+                scheduler.step()
+                manager.state_objects["note"].state["steps"] += 1
+                value = loss.detach().clone()
+                if distributed:
+                    dist.all_reduce(value)
+                    value /= world
+                reporting.report({"loss": value.item()})
+        weights = full_weights(args.model if distributed else "plain", inner)
+        if rank == 0 and args.result:
+            log = manager.get_extension("LogReport").log
+            torch.save(
+                {
+                    "weights": weights,
+                    "iteration": manager.iteration,
+                    "log": [(e["iteration"], e["loss"]) for e in log],
+                    "lr": optimizer.param_groups[0]["lr"],
+                    "resumed_from": snapshot.resumed_from,  # type: ignore[attr-defined]
+                },
+                args.result,
+            )
+        print(f"RANK {rank} DONE {manager.iteration}", flush=True)
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+def arm_kill(at_iteration: int) -> None:
+    """SIGKILL this process once it wrote its shard of the snapshot of ``at_iteration``,
+    before the snapshot is committed (fault injection into DCP's file writer)."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    original = FileSystemWriter.write_data
+
+    def write_data(self: Any, plan: Any, planner: Any) -> Any:
+        future = original(self, plan, planner)
+        if f"snapshot_iter_{at_iteration}.tmp-" in str(self.path):
+            future.wait()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return future
+
+    FileSystemWriter.write_data = write_data  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    main()

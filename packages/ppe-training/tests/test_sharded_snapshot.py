@@ -1,0 +1,467 @@
+"""Collective snapshots (SnapshotMode.SHARDED / DISTRIBUTED) in one process.
+
+The multi-process behaviour (FSDP2, DDP, other world sizes, killed ranks) is in
+test_sharded_snapshot_dist.py; here the same extension runs without a process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from pytorch_pfn_extras import reporting
+from pytorch_pfn_extras.training import ExtensionsManager
+from pytorch_pfn_extras.training import extensions as ext_module
+from pytorch_pfn_extras.training.convert_snapshot import main as convert
+
+SHARDED = ext_module.SnapshotMode.SHARDED
+DISTRIBUTED = ext_module.SnapshotMode.DISTRIBUTED
+
+
+def _build(
+    out: Path,
+    *,
+    model: torch.nn.Module | None = None,
+    snapshot: Any = None,
+    trigger: Any = (2, "iteration"),
+    state_objects: dict[str, Any] | None = None,
+) -> tuple[ExtensionsManager, torch.nn.Module]:
+    torch.manual_seed(0)
+    if model is None:
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    objects = {"scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 3, gamma=0.5)}
+    manager = ExtensionsManager(
+        model,
+        optimizer,
+        3,
+        iters_per_epoch=4,
+        out_dir=out,
+        state_objects={**objects, **(state_objects or {})},
+    )
+    manager.extend(ext_module.LogReport(trigger=(1, "iteration")))
+    if snapshot is None:
+        snapshot = ext_module.snapshot(snapshot_mode=SHARDED, autoload=True)
+    manager.extend(snapshot, trigger=trigger)
+    return manager, model
+
+
+def _train(manager: ExtensionsManager, model: torch.nn.Module, n: int | None = None) -> int:
+    done = 0
+    optimizer = manager.optimizers["main"]
+    scheduler = manager.state_objects["scheduler"]
+    while not manager.stop_trigger and (n is None or done < n):
+        with manager.run_iteration():
+            x = torch.arange(6.0).reshape(2, 3) / 6 + manager.iteration
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            reporting.report({"loss": loss.item()})
+        done += 1
+    return done
+
+
+def _finished_reference(out: Path) -> tuple[ExtensionsManager, torch.nn.Module]:
+    manager, model = _build(out, snapshot=ext_module.snapshot(snapshot_mode=SHARDED))
+    _train(manager, model)
+    return manager, model
+
+
+def _names(path: Path) -> list[str]:
+    return sorted(os.listdir(path))
+
+
+def test_sharded_snapshot_is_a_committed_directory_and_resumes_to_the_same_weights(
+    tmp_path: Path,
+) -> None:
+    reference, reference_model = _finished_reference(tmp_path / "reference")
+    manager, model = _build(tmp_path / "run")
+    assert _train(manager, model, 7) == 7
+    assert _names(tmp_path / "run") == [
+        "log",
+        "snapshot_iter_2",
+        "snapshot_iter_4",
+        "snapshot_iter_6",
+    ]
+    directory = tmp_path / "run" / "snapshot_iter_6"
+    assert _names(directory) == [".metadata", "__0_0.distcp", "ppe_snapshot.json"]
+    manifest = json.loads((directory / "ppe_snapshot.json").read_text())
+    assert manifest["mode"] == "SHARDED"
+    assert manifest["world_size"] == 1
+    assert manifest["iteration"] == 6
+
+    resumed, resumed_model = _build(tmp_path / "run")
+    assert _train(resumed, resumed_model) == 6
+    assert resumed.get_extension("_Snapshot").resumed_from == str(directory)
+    for name, value in reference_model.state_dict().items():
+        torch.testing.assert_close(resumed_model.state_dict()[name], value)
+    assert resumed.optimizers["main"].param_groups[0]["lr"] == pytest.approx(0.05 * 0.5**4)
+    log = resumed.get_extension("LogReport").log
+    assert [entry["iteration"] for entry in log] == list(range(1, 13))
+    expected = [entry["loss"] for entry in reference.get_extension("LogReport").log]
+    assert [entry["loss"] for entry in log] == pytest.approx(expected)
+
+
+def test_n_retains_removes_old_directories_only_after_the_commit(tmp_path: Path) -> None:
+    snap = ext_module.snapshot(snapshot_mode=SHARDED, n_retains=2)
+    manager, model = _build(tmp_path, snapshot=snap)
+    _train(manager, model)
+    assert [n for n in _names(tmp_path) if n.startswith("snapshot")] == [
+        "snapshot_iter_10",
+        "snapshot_iter_12",
+    ]
+
+
+def test_autoload_ignores_and_removes_uncommitted_temporaries(tmp_path: Path) -> None:
+    manager, model = _build(tmp_path)
+    _train(manager, model, 4)
+    # A snapshot whose ranks did not all finish: never renamed, so never loaded.
+    partial = tmp_path / ".snapshot_iter_6.tmp-0123456789abcdef"
+    shutil.copytree(tmp_path / "snapshot_iter_4", partial)
+    (partial / "ppe_snapshot.json").unlink()
+    (tmp_path / ".other.tmp-1").mkdir()  # not a snapshot's: left alone
+    resumed, _resumed_model = _build(tmp_path)
+    resumed.start_extensions()
+    assert resumed.iteration == 4
+    assert not partial.exists()
+    assert (tmp_path / ".other.tmp-1").exists()
+
+
+def test_missing_shard_is_an_error_naming_the_file_and_its_rank(tmp_path: Path) -> None:
+    manager, model = _build(tmp_path)
+    _train(manager, model, 4)
+    (tmp_path / "snapshot_iter_4" / "__0_0.distcp").unlink()
+    resumed, _ = _build(tmp_path)
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"snapshot_iter_4' is incomplete: __0_0\.distcp \(written by rank 0\) is missing; "
+        r"it holds .*models\.main\.0\.bias",
+    ):
+        resumed.start_extensions()
+
+
+def test_truncated_shard_and_missing_manifest_are_errors(tmp_path: Path) -> None:
+    manager, model = _build(tmp_path)
+    _train(manager, model, 4)
+    shard = tmp_path / "snapshot_iter_4" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(FileNotFoundError, match=r"__0_0\.distcp .* is truncated \(100 of"):
+        _build(tmp_path)[0].start_extensions()
+    (tmp_path / "snapshot_iter_4" / "ppe_snapshot.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"snapshot_iter_4' has no ppe_snapshot\.json"):
+        _build(tmp_path)[0].start_extensions()
+
+
+@pytest.mark.parametrize(
+    ("model", "match"),
+    [
+        (
+            torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2)),
+            r"model 'main': shapes differ: 0\.bias: \(4,\) in the snapshot, \(5,\) in the model",
+        ),
+        (
+            torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh()),
+            r"model 'main': not in the model: \['2\.bias', '2\.weight'\]",
+        ),
+        (
+            torch.nn.Sequential(
+                torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2), torch.nn.Linear(2, 2)
+            ),
+            r"model 'main': missing from the snapshot: \['3\.bias', '3\.weight'\]",
+        ),
+    ],
+)
+def test_incompatible_model_is_an_error_naming_what_differs(
+    tmp_path: Path, model: torch.nn.Module, match: str
+) -> None:
+    manager, trained = _build(tmp_path)
+    _train(manager, trained, 2)
+    resumed, _ = _build(tmp_path, model=model)
+    with pytest.raises(ValueError, match=match):
+        resumed.start_extensions()
+
+
+def test_async_save_lets_training_go_on_while_the_shards_are_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    release = threading.Event()
+    in_flight: list[int] = []
+    most = [0]
+    original = FileSystemWriter.write_data
+
+    def write_data(self: Any, plan: Any, planner: Any) -> Any:
+        in_flight.append(1)
+        most[0] = max(most[0], len(in_flight))
+        assert release.wait(30)
+        try:
+            return original(self, plan, planner)
+        finally:
+            in_flight.pop()
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
+    snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True)
+    manager, model = _build(tmp_path, snapshot=snap)
+    _train(manager, model, 3)  # the write of snapshot_iter_2 is held back
+    assert manager.iteration == 3
+    assert next(n for n in _names(tmp_path) if "snapshot" in n).startswith(".snapshot_iter_2.tmp-")
+    release.set()
+    _train(manager, model)  # every later save waits for the one before
+    assert most[0] == 1
+    assert [n for n in _names(tmp_path) if "snapshot" in n] == [
+        f"snapshot_iter_{i}" for i in (10, 12, 2, 4, 6, 8)
+    ]
+    _reference, reference_model = _finished_reference(tmp_path / "reference")
+    resumed, resumed_model = _build(tmp_path)
+    resumed.start_extensions()
+    assert resumed.iteration == 12
+    for name, value in reference_model.state_dict().items():
+        torch.testing.assert_close(resumed_model.state_dict()[name], value)
+
+
+def test_failed_write_is_an_error_and_leaves_only_a_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    original = FileSystemWriter.write_data
+
+    def write_data(self: Any, plan: Any, planner: Any) -> Any:
+        message = "disk full (injected)"
+        raise OSError(message)
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
+    manager, model = _build(tmp_path)
+    with pytest.raises(
+        RuntimeError,
+        match=r"writing the sharded snapshot .*snapshot_iter_2\.tmp-.* failed: "
+        r"rank 0: OSError: disk full \(injected\)",
+    ):
+        _train(manager, model)
+    assert next(n for n in _names(tmp_path) if "snapshot" in n).startswith(".snapshot_iter_2.tmp-")
+    monkeypatch.setattr(FileSystemWriter, "write_data", original)
+    resumed, _resumed_model = _build(tmp_path)
+    resumed.start_extensions()  # nothing to resume from; the temporary goes
+    assert resumed.iteration == 0
+    assert not [n for n in _names(tmp_path) if "snapshot" in n]
+
+
+def test_async_save_failure_surfaces_at_the_next_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    def write_data(self: Any, plan: Any, planner: Any) -> Any:
+        message = "disk full (injected)"
+        raise OSError(message)
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
+    snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True)
+    manager, model = _build(tmp_path, snapshot=snap)
+    _train(manager, model, 3)
+    with pytest.raises(
+        RuntimeError,
+        match=r"asynchronous snapshot 'snapshot_iter_2' failed: rank 0: OSError: disk full",
+    ):
+        _train(manager, model, 1)  # iteration 4 saves again: the failure of 2 is raised
+    assert not any(n.startswith("snapshot_iter") for n in _names(tmp_path))
+
+
+def test_async_save_failure_surfaces_at_finalize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    def write_data(self: Any, plan: Any, planner: Any) -> Any:
+        message = "disk full (injected)"
+        raise OSError(message)
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
+    snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True)
+    manager, model = _build(tmp_path, snapshot=snap, trigger=(12, "iteration"))
+    with pytest.raises(RuntimeError, match=r"asynchronous snapshot 'snapshot_iter_12' failed"):
+        _train(manager, model)  # the stop trigger finalizes, which waits for the save
+
+
+def test_distributed_mode_writes_each_ranks_file_and_resumes(tmp_path: Path) -> None:
+    snap = ext_module.snapshot(snapshot_mode=DISTRIBUTED, autoload=True)
+    manager, model = _build(tmp_path, snapshot=snap)
+    _train(manager, model, 5)
+    assert _names(tmp_path / "snapshot_iter_4") == ["ppe_snapshot.json", "rank_0.pt"]
+    state = torch.load(tmp_path / "snapshot_iter_4" / "rank_0.pt", weights_only=True)
+    assert state["_start_iteration"] == 4
+    resumed, resumed_model = _build(
+        tmp_path, snapshot=ext_module.snapshot(snapshot_mode=DISTRIBUTED, autoload=True)
+    )
+    resumed.start_extensions()
+    assert resumed.iteration == 4
+    torch.testing.assert_close(resumed_model[0].weight, state["models"]["main"]["0.weight"])
+    # A SHARDED snapshot extension does not take a DISTRIBUTED directory for its own.
+    sharded, _ = _build(tmp_path)
+    with pytest.raises(ValueError, match=r"SnapshotMode\.DISTRIBUTED, but this snapshot\("):
+        sharded.start_extensions()
+
+
+def test_snapshot_object_in_sharded_mode_saves_the_target(tmp_path: Path) -> None:
+    model = torch.nn.Linear(3, 2)
+    manager, _ = _build(tmp_path, snapshot=ext_module.snapshot(snapshot_mode=SHARDED))
+    manager.extend(
+        ext_module.snapshot_object(model, "model_{.iteration}", snapshot_mode=SHARDED),
+        trigger=(2, "iteration"),
+    )
+    _train(manager, manager.models["main"], 2)
+    other = torch.nn.Linear(3, 2)
+    loader, _ = _build(tmp_path / "other", snapshot=ext_module.snapshot(snapshot_mode=SHARDED))
+    loader.extend(
+        ext_module.snapshot_object(
+            other, str(tmp_path / "model_{.iteration}"), snapshot_mode=SHARDED, autoload=True
+        )
+    )
+    loader.start_extensions()
+    torch.testing.assert_close(other.weight, model.weight)
+    # The manager's snapshot extension refuses the object's directory, and the other way.
+    with pytest.raises(ValueError, match=r"holds a target's state in SnapshotMode\.SHARDED"):
+        _build(
+            tmp_path,
+            snapshot=ext_module.snapshot(
+                filename="model_{.iteration}", snapshot_mode=SHARDED, autoload=True
+            ),
+        )[0].start_extensions()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"async_save": True}, ValueError, r"async_save=True needs snapshot_mode=SnapshotMode"),
+        (
+            {"async_save": True, "snapshot_mode": DISTRIBUTED},
+            ValueError,
+            "async_save=True needs",
+        ),
+        ({"async_save": 1, "snapshot_mode": SHARDED}, TypeError, "async_save must be a bool"),
+        (
+            {"snapshot_mode": SHARDED, "savefun": torch.save},
+            TypeError,
+            "savefun and writer apply to SnapshotMode.DEFAULT only",
+        ),
+        (
+            {"snapshot_mode": SHARDED, "snapshot_on_error": True},
+            ValueError,
+            r"snapshot_on_error=True needs SnapshotMode\.DEFAULT",
+        ),
+        (
+            {"snapshot_mode": SHARDED, "n_retains": 0},
+            ValueError,
+            "n_retains must be a positive integer",
+        ),
+        (
+            {"snapshot_mode": DISTRIBUTED, "autoload": True, "filename": lambda m: "x"},
+            ValueError,
+            "need a str filename",
+        ),
+        ({"snapshot_mode": "SHARDED"}, TypeError, "snapshot_mode must be a SnapshotMode"),
+    ],
+)
+def test_collective_modes_reject_bad_arguments(
+    kwargs: dict[str, Any], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        ext_module.snapshot(**kwargs)
+
+
+def test_saver_rank_outside_the_world_is_an_error(tmp_path: Path) -> None:
+    manager, _ = _build(tmp_path, snapshot=ext_module.snapshot(snapshot_mode=SHARDED, saver_rank=1))
+    with pytest.raises(
+        ValueError, match=r"saver_rank=1 is not a rank of the process group of size 1"
+    ):
+        manager.start_extensions()
+
+
+# ---------------------------------------------------------------------------- converter
+
+
+def test_converter_turns_a_sharded_snapshot_into_a_file_that_resumes_in_default_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, reference_model = _finished_reference(tmp_path / "reference")
+    manager, model = _build(tmp_path / "sharded")
+    _train(manager, model, 6)
+    file = tmp_path / "default" / "snapshot_iter_6"
+    file.parent.mkdir()
+    assert convert([str(tmp_path / "sharded" / "snapshot_iter_6"), str(file)]) == 0
+    assert "manager's state at iteration 6 (models ['main']" in capsys.readouterr().out
+    state = torch.load(file, weights_only=True)
+    assert state["_start_iteration"] == 6
+    torch.testing.assert_close(state["models"]["main"]["2.weight"], model[2].weight)
+    assert set(state["optimizers"]["main"]["state"]) == {0, 1, 2, 3}
+    assert state["state_objects"]["scheduler"]["last_epoch"] == 6
+
+    resumed, resumed_model = _build(
+        tmp_path / "default", snapshot=ext_module.snapshot(autoload=True)
+    )
+    _train(resumed, resumed_model)
+    for name, value in reference_model.state_dict().items():
+        torch.testing.assert_close(resumed_model.state_dict()[name], value)
+
+
+def test_converter_turns_a_file_into_a_sharded_snapshot_that_resumes(tmp_path: Path) -> None:
+    _, reference_model = _finished_reference(tmp_path / "reference")
+    manager, model = _build(tmp_path / "default", snapshot=ext_module.snapshot())
+    _train(manager, model, 8)
+    target = tmp_path / "sharded" / "snapshot_iter_8"
+    assert convert([str(tmp_path / "default" / "snapshot_iter_8"), str(target)]) == 0
+    assert json.loads((target / "ppe_snapshot.json").read_text())["iteration"] == 8
+    resumed, resumed_model = _build(tmp_path / "sharded")
+    _train(resumed, resumed_model)
+    assert resumed.get_extension("_Snapshot").resumed_from == str(target)
+    for name, value in reference_model.state_dict().items():
+        torch.testing.assert_close(resumed_model.state_dict()[name], value)
+
+
+def test_converter_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert convert([str(tmp_path / "nothing"), str(tmp_path / "out")]) == 1
+    assert "nothing' does not exist" in capsys.readouterr().err
+    manager, model = _build(tmp_path, snapshot=ext_module.snapshot(snapshot_mode=DISTRIBUTED))
+    _train(manager, model, 2)
+    assert convert([str(tmp_path / "snapshot_iter_2"), str(tmp_path / "x.pt")]) == 1
+    assert "is a DISTRIBUTED snapshot, not a SHARDED one" in capsys.readouterr().err
+    (tmp_path / "file.pt").write_bytes(b"")
+    torch.save({"a": torch.ones(1)}, tmp_path / "file.pt")
+    assert convert([str(tmp_path / "file.pt"), str(tmp_path / "snapshot_iter_2")]) == 1
+    assert "snapshot_iter_2' exists" in capsys.readouterr().err
+
+
+def test_converter_command_line_help() -> None:
+    process = subprocess.run(
+        [sys.executable, "-m", "pytorch_pfn_extras.training.convert_snapshot", "-h"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 0, process.stderr
+    assert "SOURCE DESTINATION" in process.stdout
+    assert "sharded snapshot directory" in process.stdout
+
+
+def test_importing_training_does_not_import_torch_distributed_checkpoint() -> None:
+    code = (
+        "import sys; import pytorch_pfn_extras.training as t; "
+        "t.extensions.snapshot(); t.extensions.snapshot(snapshot_mode=t.extensions.SnapshotMode.SHARDED); "
+        "print('torch.distributed.checkpoint' in sys.modules)"
+    )
+    process = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert process.stdout.strip() == "False", process.stderr
