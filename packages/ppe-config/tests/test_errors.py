@@ -174,6 +174,43 @@ TYPES: dict[str, Any] = {"Net": Net, "pair": lambda first, second: (first, secon
             ("/c",),
             id="cycle-while-following-a-path",
         ),
+        pytest.param(
+            {"a": "@../../x"},
+            "/a/k",
+            ConfigKeyError,
+            "config path '/a/k' not found: /a holds an invalid reference '@../../x': '..' climbs "
+            "above the root",
+            "/a/k",
+            (),
+            id="path-through-an-invalid-reference",
+        ),
+        pytest.param(
+            {"a": 1},
+            "/a.nope",
+            ConfigAttributeError,
+            "config path '/a.nope': the int object at /a has no attribute 'nope'",
+            "/a.nope",
+            (),
+            id="missing-attribute-of-an-access",
+        ),
+        pytest.param(
+            {"a": {"x": 1}, "b": "@/a", "c": "@/b/y"},
+            "/c",
+            ConfigKeyError,
+            "/c: reference '@/b/y' not found: /a has no key 'y' (its keys: 'x')",
+            "/c",
+            ("/c",),
+            id="missing-key-below-a-followed-reference",
+        ),
+        pytest.param(
+            {"b": "@/zz", "c": "@/b/y"},
+            "/c",
+            ConfigKeyError,
+            "/b: reference '@/zz' not found: / has no key 'zz' (its keys: 'b', 'c')",
+            "/b",
+            ("/c",),
+            id="followed-reference-to-a-missing-path",
+        ),
     ],
 )
 def test_error_names_the_path_and_the_chain(

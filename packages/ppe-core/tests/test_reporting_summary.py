@@ -307,6 +307,34 @@ def test_dict_summary_state_dict_round_trips_with_python_floats() -> None:
         DictSummary().load_state_dict({"a": {"_x": 1.0, "_x2": 1.0}})
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    values=st.lists(
+        st.tuples(finite, st.one_of(st.just(1), st.integers(1, 50), weights)), max_size=40
+    )
+)
+def test_every_way_of_adding_a_number_keeps_the_same_sums(
+    values: list[tuple[float, float]],
+) -> None:
+    # Summary.add, DictSummary.add of a number and of a (value, weight) pair, and a NumPy
+    # weight (the weighted path) must all accumulate sum(w * v), sum(w * v * v), sum(w)
+    # exactly as PPE does, in the order the values came.
+    single, keyed, weighted = Summary(), DictSummary(), Summary()
+    x = x2 = n = 0.0
+    for value, weight in values:
+        single.add(value, weight)
+        keyed.add({"k": value} if weight == 1 else {"k": (value, weight)})
+        weighted.add(value, np.float64(weight))
+        x += weight * value
+        x2 += weight * value * value
+        n += weight
+    expected = {"_x": x, "_x2": x2, "_n": n}
+    assert single.state_dict() == expected
+    assert weighted.state_dict() == expected
+    assert keyed.state_dict() == ({"k": expected} if values else {})
+    assert all(type(v) is float for v in single.state_dict().values())
+
+
 def test_dict_summaries_merge_key_by_key() -> None:
     a, b = DictSummary(), DictSummary()
     a.add({"x": 1.0, "only_a": torch.tensor(5.0)})

@@ -253,6 +253,53 @@ def test_indexing_and_iteration() -> None:
     assert plain(list(ds)) == [(i, 10 * i, c) for i, c in enumerate("vwxyz")]
 
 
+def _same(got: Any, expected: Any) -> bool:
+    """Equal, and of the same types all the way down (a 0-d tensor is compared by value)."""
+    if type(got) is not type(expected):
+        return False
+    if isinstance(expected, (tuple, list)):
+        return len(got) == len(expected) and all(map(_same, got, expected))
+    if isinstance(expected, dict):
+        return list(got) == list(expected) and all(map(_same, got.values(), expected.values()))
+    if isinstance(expected, torch.Tensor):
+        return bool(torch.equal(got, expected))
+    if isinstance(expected, np.ndarray):
+        return bool(np.array_equal(got, expected))
+    return bool(got == expected)
+
+
+COLUMN_KINDS = {
+    "list": lambda values: list(values),
+    "ndarray": lambda values: np.array(values, dtype=np.int32),
+    "tensor": lambda values: torch.tensor(values),
+}
+
+
+@pytest.mark.parametrize("mode", ["tuple", "dict", "unary"])
+@pytest.mark.parametrize("kind", list(COLUMN_KINDS))
+def test_every_read_arranges_examples_as_the_mode_says(mode: str, kind: str) -> None:
+    a, b = COLUMN_KINDS[kind]([0, 1, 2]), COLUMN_KINDS[kind]([10, 11, 12])
+    table = tabular.from_data({"a": a, "b": b})
+    ds = {"tuple": table.astuple(), "dict": table.asdict(), "unary": table.slice[:, "b"]}[mode]
+    examples = {
+        "tuple": [(a[i], b[i]) for i in range(3)],
+        "dict": [{"a": a[i], "b": b[i]} for i in range(3)],
+        "unary": [b[i] for i in range(3)],
+    }[mode]
+    columns = {"tuple": (a, b), "dict": {"a": a, "b": b}, "unary": b}[mode]
+    reads = {
+        "ds[i]": [ds[i] for i in range(3)],
+        "get_example": [ds.get_example(i) for i in range(3)],
+        "iteration": list(ds),
+        "ds[:]": list(ds[:]),
+        "ds[rows]": list(ds[[0, 1, 2]]),
+        "__getitems__": list(ds.__getitems__([0, 1, 2])),
+    }
+    for name, got in reads.items():
+        assert _same(got, examples), name
+    assert _same(ds.fetch(), columns)
+
+
 def test_iteration_reads_in_chunks_not_rows() -> None:
     class Counting(TabularDataset):
         calls = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -34,6 +35,39 @@ if TYPE_CHECKING:
 
 # The nodes being evaluated, outermost first (an ordered set): detects cycles, names the chain.
 _Stack = dict[KeyPath, None]
+
+
+@dataclasses.dataclass(slots=True)
+class _Lookup:
+    """What a path lookup reports its errors with: who asked, and what was being evaluated.
+
+    A lookup is a reference ``text`` held by the node ``at``, or, with ``at`` ``None``, the path
+    ``text`` given to ``config[text]``; ``stack`` holds the nodes being evaluated (the chain
+    that led to the lookup).
+    """
+
+    stack: _Stack
+    at: KeyPath | None
+    text: str
+
+    def error(
+        self, kind: type[ConfigError], problem: str, *, path: str | None = None
+    ) -> ConfigError:
+        """A ``kind`` error saying the lookup, then ``problem`` (which starts with its own
+        separator), then the evaluation chain. Its ``path`` is the node holding the reference
+        (the accessed path for ``config[text]``) unless ``path`` is given."""
+        if self.at is None:
+            where = self.text
+            asked = f"config path {where!r}"
+        else:
+            where = format_path(self.at)
+            asked = f"{where}: reference {self.text!r}"
+        message = f"{asked}{problem}{_chain_note(self.stack)}"
+        return kind(message, path=where if path is None else path, trace=_trace(self.stack))
+
+    def not_found(self, detail: str, kind: type[ConfigError] = ConfigKeyError) -> ConfigError:
+        """The error of a path that leads nowhere; ``detail`` says why."""
+        return self.error(kind, f" not found: {detail}")
 
 
 class Config:
@@ -173,11 +207,12 @@ class Config:
             message = f"invalid config path {path!r}: {exc}"
             raise ConfigKeyError(message, path=path) from None
         stack: _Stack = {}
+        lookup = _Lookup(stack, None, path)
         try:
-            key, node = self._locate(parsed.keys, stack, None, path, ())
+            key, node = self._locate(parsed.keys, lookup, ())
             value = node if parsed.raw else self._eval(key, node, stack)
             if parsed.attrs:
-                value = self._getattrs(value, parsed.attrs, key, None, path, stack)
+                value = self._getattrs(value, parsed.attrs, key, lookup)
         except RecursionError as exc:
             message = (
                 f"evaluating config path {path!r} nests deeper than Python's recursion limit "
@@ -229,10 +264,11 @@ class Config:
         except ValueError as exc:
             message = f"{format_path(key)}: invalid reference {text!r}: {exc}{_chain_note(stack)}"
             raise ConfigKeyError(message, path=format_path(key), trace=_trace(stack)) from None
-        target, node = self._locate(parsed.keys, stack, key, text, ())
+        lookup = _Lookup(stack, key, text)
+        target, node = self._locate(parsed.keys, lookup, ())
         value = node if parsed.raw else self._eval(target, node, stack)
         if parsed.attrs:
-            value = self._getattrs(value, parsed.attrs, target, key, text, stack)
+            value = self._getattrs(value, parsed.attrs, target, lookup)
         return value
 
     def _call(self, key: KeyPath, node: Mapping[Any, Any], stack: _Stack) -> Any:
@@ -278,99 +314,65 @@ class Config:
         return ConfigKeyError(message, path=format_path(key), trace=_trace(stack))
 
     def _getattrs(
-        self,
-        value: Any,
-        attrs: tuple[str, ...],
-        target: KeyPath,
-        at: KeyPath | None,
-        text: str,
-        stack: _Stack,
+        self, value: Any, attrs: tuple[str, ...], target: KeyPath, lookup: _Lookup
     ) -> Any:
         for i, attr in enumerate(attrs):
             found = attribute_or_item(value, attr)
             if found is MISSING:
                 owner = format_path(target) + "".join("." + a for a in attrs[:i])
-                message = (
-                    f"{_where(at, text)}: the {type(value).__name__} object at {owner} has no "
-                    f"attribute {attr!r}{_no_item(value, attr)}{_chain_note(stack)}"
+                problem = (
+                    f": the {type(value).__name__} object at {owner} has no attribute "
+                    f"{attr!r}{_no_item(value, attr)}"
                 )
-                where = text if at is None else format_path(at)
-                raise ConfigAttributeError(message, path=where, trace=_trace(stack))
+                raise lookup.error(ConfigAttributeError, problem)
             value = found
         return value
 
     # ------------------------------------------------------------------ path lookup
 
     def _locate(
-        self,
-        keys: tuple[Any, ...],
-        stack: _Stack,
-        at: KeyPath | None,
-        text: str,
-        following: tuple[KeyPath, ...],
+        self, keys: tuple[Any, ...], lookup: _Lookup, following: tuple[KeyPath, ...]
     ) -> tuple[KeyPath, Any]:
         """Find the raw node at ``keys``: its canonical key (real dict keys, list indices as
         ints) and the node. A reference met on the way is followed, so ``/a/x`` works when
-        ``/a`` is ``'@/b'``. ``at``/``text`` name the reference (or access) for messages."""
+        ``/a`` is ``'@/b'``. ``lookup`` names the reference (or access) for messages."""
         node = self._config
         canon: KeyPath = ()
         for comp in keys:
             followed = following
             while isinstance(node, str) and node.startswith("@"):
                 previous = canon
-                canon, node = self._follow(canon, node, stack, at, text, followed)
+                canon, node = self._follow(canon, node, lookup, followed)
                 followed = (*followed, previous)
             try:
                 k = child_key(node, comp, canon)
             except ChildNotFound as missing:
-                raise self._not_found(at, text, missing.detail, stack, missing.kind) from None
+                raise lookup.not_found(missing.detail, missing.kind) from None
             canon = (*canon, k)
             node = node[k]
         return canon, node
 
     def _follow(
-        self,
-        canon: KeyPath,
-        node: str,
-        stack: _Stack,
-        at: KeyPath | None,
-        text: str,
-        following: tuple[KeyPath, ...],
+        self, canon: KeyPath, node: str, lookup: _Lookup, following: tuple[KeyPath, ...]
     ) -> tuple[KeyPath, Any]:
+        """Follow the reference ``node`` met at ``canon`` on the way of ``lookup``."""
         if canon in following:
             cycle = format_chain([*following[following.index(canon) :], canon])
-            message = f"{_where(at, text)}: circular reference: {cycle}{_chain_note(stack)}"
-            raise CircularReferenceError(message, path=format_path(canon), trace=_trace(stack))
+            problem = f": circular reference: {cycle}"
+            raise lookup.error(CircularReferenceError, problem, path=format_path(canon))
         try:
             parsed = parse_path(node[1:], canon[:-1])
         except ValueError as exc:
             detail = f"{format_path(canon)} holds an invalid reference {node!r}: {exc}"
-            raise self._not_found(at, text, detail, stack) from None
+            raise lookup.not_found(detail) from None
         if parsed.raw or parsed.attrs:
             detail = (
                 f"{format_path(canon)} is {node!r}, whose value is not part of the config tree "
                 "('!' or attribute access), so a path cannot continue below it"
             )
-            raise self._not_found(at, text, detail, stack)
-        return self._locate(parsed.keys, stack, canon, node, (*following, canon))
-
-    def _not_found(
-        self,
-        at: KeyPath | None,
-        text: str,
-        detail: str,
-        stack: _Stack,
-        kind: type[ConfigError] = ConfigKeyError,
-    ) -> ConfigError:
-        message = f"{_where(at, text)} not found: {detail}{_chain_note(stack)}"
-        where = text if at is None else format_path(at)
-        return kind(message, path=where, trace=_trace(stack))
-
-
-def _where(at: KeyPath | None, text: str) -> str:
-    if at is None:
-        return f"config path {text!r}"
-    return f"{format_path(at)}: reference {text!r}"
+            raise lookup.not_found(detail)
+        followed = _Lookup(lookup.stack, canon, node)
+        return self._locate(parsed.keys, followed, (*following, canon))
 
 
 def _no_item(value: Any, name: str) -> str:

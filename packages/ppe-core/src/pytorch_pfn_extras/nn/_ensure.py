@@ -7,6 +7,8 @@ does not understand them as strings.
 
 import torch
 
+from pytorch_pfn_extras.interop._checks import is_int
+
 
 def _dtype_name(dtype: torch.dtype) -> str:
     if not torch.jit.is_scripting():  # type: ignore[attr-defined]
@@ -144,7 +146,7 @@ def _validate_spec(
             raise TypeError(message)
         spec = list(shape)
         for dim in spec:
-            if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool) or dim < 0):
+            if dim is not None and (not is_int(dim) or dim < 0):
                 message = f"shape must hold non-negative ints or None, got {dim!r} in {shape!r}"
                 raise ValueError(message)
     if dtype is not None and not isinstance(dtype, torch.dtype):

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import torch
 
+from pytorch_pfn_extras.interop._checks import is_int
+
 _MODES = ("init", "copy", "share")
 
 # Modules that only hold other modules: ``mode='share'`` rebuilds these and shares the rest.
@@ -107,7 +109,7 @@ class ExtendedSequential(torch.nn.Sequential):
         if mode not in _MODES:
             message = f"mode must be one of 'init', 'copy' or 'share', got {mode!r}"
             raise ValueError(message)
-        if not isinstance(n_repeat, int) or isinstance(n_repeat, bool):
+        if not is_int(n_repeat):
             message = f"n_repeat must be an int, got {n_repeat!r}"
             raise TypeError(message)
         if n_repeat < 0:

@@ -45,24 +45,30 @@ _KINDS: dict[type, int] = {
 
 
 def _kind_of(value: object) -> int:
+    try:
+        return _KINDS[type(value)]
+    except KeyError:
+        return _classify(value)
+
+
+def _classify(value: object) -> int:
+    """The kind of a value whose type is not in ``_KINDS`` yet; the type is added."""
     cls = type(value)
-    kind = _KINDS.get(cls)
-    if kind is None:
-        if issubclass(cls, torch.Tensor):
-            kind = _TENSOR
-        elif issubclass(cls, (str, bytes)):
-            kind = _OTHER
-        elif issubclass(cls, (np.ndarray, np.generic)):
-            kind = _ARRAY
-        elif issubclass(cls, numbers.Real):
-            kind = _NUMBER
-        elif issubclass(cls, tuple):
-            kind = _TUPLE
-        elif callable(value):
-            kind = _CALLABLE
-        else:
-            kind = _OTHER
-        _KINDS[cls] = kind
+    if issubclass(cls, torch.Tensor):
+        kind = _TENSOR
+    elif issubclass(cls, (str, bytes)):
+        kind = _OTHER
+    elif issubclass(cls, (np.ndarray, np.generic)):
+        kind = _ARRAY
+    elif issubclass(cls, numbers.Real):
+        kind = _NUMBER
+    elif issubclass(cls, tuple):
+        kind = _TUPLE
+    elif callable(value):
+        kind = _CALLABLE
+    else:
+        kind = _OTHER
+    _KINDS[cls] = kind
     return kind
 
 
@@ -72,6 +78,10 @@ class _Totals(NamedTuple):
     x: float
     x2: float
     n: float
+
+    def state(self) -> dict[str, float]:
+        """The sums as a :meth:`Summary.state_dict` (PPE's keys)."""
+        return {"_x": self.x, "_x2": self.x2, "_n": self.n}
 
 
 class _DeviceTotals(NamedTuple):
@@ -95,7 +105,7 @@ def _to_host(totals: list[_Totals | _DeviceTotals]) -> list[_Totals]:
         for tensor, value in zip(group, torch.stack(group).tolist()):
             floats[id(tensor)] = float(value)
     return [
-        _Totals(*(floats[id(v)] if isinstance(v, torch.Tensor) else float(v) for v in total))
+        _Totals._make(floats[id(v)] if isinstance(v, torch.Tensor) else float(v) for v in total)
         for total in totals
     ]
 
@@ -161,13 +171,10 @@ class Summary:
         """Add ``value`` of the given kind (``weight`` already checked); False if not a scalar."""
         plain_weight = type(weight) is int or type(weight) is float
         if kind == _NUMBER:
-            v = float(value)
             if plain_weight:
-                self._x += v * weight
-                self._x2 += v * v * weight
-                self._n += weight
+                self._add_number(float(value), weight)
             else:
-                self._add_weighted(v, weight)
+                self._add_weighted(float(value), weight)
             return True
         if kind == _TENSOR:
             if value.dim() != 0:
@@ -195,6 +202,18 @@ class Summary:
             return True
         return False
 
+    def _add_number(self, value: float, weight: float = 1.0) -> None:
+        """Add the Python float ``value`` with a Python number ``weight`` to the host sums.
+
+        The one place where the host sums grow: :meth:`add`, the number fast path of
+        :meth:`DictSummary.add` and :meth:`DictSummary._add_float` (the TimeSummary's) all
+        come here.
+        """
+        weighted = weight * value
+        self._x += weighted
+        self._x2 += weighted * value
+        self._n += weight
+
     def _add_weighted(self, value: float | torch.Tensor, weight: Any) -> None:
         """Add ``value * weight`` for a tensor value or a non-``int``/``float`` weight."""
         if isinstance(value, torch.Tensor):
@@ -219,10 +238,9 @@ class Summary:
             tx, tx2 = self._accumulators(value.device)
             tx.add_(value, alpha=wf)
             tx2.addcmul_(value, value, value=wf)
+            self._n += wf
         else:
-            self._x += value * wf
-            self._x2 += value * value * wf
-        self._n += wf
+            self._add_number(value, wf)
 
     def _note_dtype(self, dtype: torch.dtype) -> None:
         known = self._dtype
@@ -311,12 +329,11 @@ class Summary:
         """
         totals = self._totals()
         if isinstance(totals, _DeviceTotals):
-            x, x2, n = totals
-            mean = x / n
-            std = (x2 / n - mean * mean).clamp_min(0).sqrt()
+            mean = totals.x / totals.n
+            std = (totals.x2 / totals.n - mean * mean).clamp_min(0).sqrt()
             dtype = self._result_dtype()
             return mean.to(dtype), std.to(dtype)
-        return _statistics(*totals)
+        return _statistics(totals)
 
     def state_dict(self) -> dict[str, float]:
         """Return the accumulated sums as Python floats (loadable on any device).
@@ -324,7 +341,7 @@ class Summary:
         This reads tensors on the host: it waits for their device.
         """
         (totals,) = _to_host([self._totals()])
-        return {"_x": totals.x, "_x2": totals.x2, "_n": totals.n}
+        return totals.state()
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
         """Replace the accumulated sums by those of ``to_load`` (from :meth:`state_dict`).
@@ -401,17 +418,16 @@ class DictSummary:
         summaries = self._summaries
         kinds = _KINDS
         for key, value in d.items():
-            kind = kinds.get(type(value))
-            if kind is None:
-                kind = _kind_of(value)
-            if kind == _NUMBER:  # inlined fast path: the most common case
-                summary = summaries.get(key)
-                if summary is None:
+            try:  # _kind_of(value), inlined: a call costs as much as the lookup
+                kind = kinds[type(value)]
+            except KeyError:
+                kind = _classify(value)
+            if kind == _NUMBER:  # the most common case: no weight to check, no dispatch
+                try:
+                    summary = summaries[key]
+                except KeyError:
                     summary = summaries[key] = Summary()
-                v = float(value)
-                summary._x += v
-                summary._x2 += v * v
-                summary._n += 1
+                summary._add_number(float(value))
                 continue
             if kind == _OTHER:
                 continue
@@ -424,12 +440,10 @@ class DictSummary:
                 if type(weight) is not int and type(weight) is not float:
                     _check_weight(weight, key)
                 kind = _kind_of(value)
-            summary = summaries.get(key)
-            fresh = summary is None
-            if summary is None:
-                summary = Summary()
+            known = summaries.get(key)
+            summary = Summary() if known is None else known
             if summary._add(value, weight, kind):
-                if fresh:
+                if known is None:  # a key is kept once it holds a value
                     summaries[key] = summary
             elif pair:
                 message = (
@@ -440,12 +454,11 @@ class DictSummary:
 
     def _add_float(self, key: str, value: float) -> None:
         """Add one Python float (the TimeSummary's path: no dict, no dispatch)."""
-        summary = self._summaries.get(key)
-        if summary is None:
+        try:
+            summary = self._summaries[key]
+        except KeyError:
             summary = self._summaries[key] = Summary()
-        summary._x += value
-        summary._x2 += value * value
-        summary._n += 1
+        summary._add_number(value)
 
     def compute_mean(self) -> dict[str, Statistic]:
         """Return the weighted mean of each key: a 0-d tensor for a key that received
@@ -469,7 +482,7 @@ class DictSummary:
         """
         summaries = self._summaries
         totals = _to_host([summary._totals() for summary in summaries.values()])
-        return {key: {"_x": x, "_x2": x2, "_n": n} for key, (x, x2, n) in zip(summaries, totals)}
+        return {key: total.state() for key, total in zip(summaries, totals)}
 
     def load_state_dict(self, to_load: Mapping[str, Mapping[str, Any]]) -> None:
         """Replace the content by that of ``to_load`` (from :meth:`state_dict`).
@@ -534,7 +547,7 @@ def _mean(x: float, n: float) -> float:
     return x / n
 
 
-def _statistics(x: float, x2: float, n: float) -> tuple[float, float]:
-    mean = _mean(x, n)
-    var = x2 / n - mean * mean
+def _statistics(totals: _Totals) -> tuple[float, float]:
+    mean = _mean(totals.x, totals.n)
+    var = totals.x2 / totals.n - mean * mean
     return mean, var**0.5 if var > 0 else 0.0

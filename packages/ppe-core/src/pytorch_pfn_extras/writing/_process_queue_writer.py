@@ -2,8 +2,8 @@
 
 The target of a write is packed (tensor data in one shared buffer) and pickled
 when the write is requested; the queue carries a :class:`_PickledWrite`, which
-the consumer unpickles as a PPE-style 6-tuple whose task is a
-:class:`_RemoteTask`. That task runs the writer's task and reports the outcome
+the consumer unpickles as a :class:`~._queue_writer.Write` (PPE's 6-tuple) whose
+task is a :class:`_RemoteTask`. That task runs the writer's task and reports the outcome
 on a pipe back to the training process, which then runs the post-save hooks and
 frees the write's slot. The consumer finds the writer's task and the pipe in
 ``_consumer_side``: inherited with ``fork``, restored with the pickled writer
@@ -112,7 +112,7 @@ def _load_write(seq: int, filename: str, out_dir: str, append: bool, data: bytes
 
 
 class _PickledWrite:
-    """A write pickled when requested; unpickles as a PPE-style 6-tuple (:func:`_load_write`)."""
+    """A write pickled when requested; unpickles as a :class:`Write` (:func:`_load_write`)."""
 
     def __init__(self, seq: int, filename: str, out_dir: str, append: bool, data: bytes) -> None:
         self.args = (seq, filename, out_dir, append, data)

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.writing._errors import Failures, add_note
 from pytorch_pfn_extras.writing._fs import FileSystem
 from pytorch_pfn_extras.writing._mp import fork_guard
@@ -70,10 +71,10 @@ def task_done(q: Any) -> None:
 
 
 class Write(NamedTuple):
-    """A queued write, laid out as PPE's queue items.
+    """A queued write, laid out as PPE's queue items (a 6-tuple, in this order).
 
-    The consumer runs ``task(filename, out_dir, target, savefun=savefun,
-    append=append)``; ``task`` records the outcome and frees the write's slot.
+    The consumer calls :meth:`perform`; ``task`` records the outcome
+    and frees the write's slot.
     """
 
     task: Task
@@ -83,9 +84,15 @@ class Write(NamedTuple):
     savefun: SaveFun | None
     append: bool
 
+    def perform(self) -> None:
+        """Call ``task(filename, out_dir, target, savefun=savefun, append=append)``."""
+        self.task(
+            self.filename, self.out_dir, self.target, savefun=self.savefun, append=self.append
+        )
+
 
 def _check_max_pending(value: Any, owner: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value):
         message = f"{owner}: max_pending must be an int >= 1, got {value!r}"
         raise TypeError(message)
     if value < 1:
@@ -204,12 +211,12 @@ class QueueWriter(Writer):
     def consume(self, q: Any) -> None:
         """Perform the writes taken from ``q`` in order, until ``None`` is taken.
 
-        Runs in the consumer. Each item is a 6-tuple ``(task, filename,
-        out_dir, target, savefun, append)``, as in PPE; the write is
-        ``task(filename, out_dir, target, savefun=savefun, append=append)``,
-        which never raises: it records a failure for the writer and frees the
-        write's slot. ``q.task_done()`` is called after each item when ``q``
-        has it.
+        Runs in the consumer. Each item is a :class:`Write`, the 6-tuple
+        ``(task, filename, out_dir, target, savefun, append)`` of PPE; the
+        write is ``task(filename, out_dir, target, savefun=savefun,
+        append=append)``, which never raises: it records a failure for the
+        writer and frees the write's slot. ``q.task_done()`` is called after
+        each item when ``q`` has it.
 
         Args:
             q: The queue returned by :meth:`create_queue`.
@@ -219,10 +226,8 @@ class QueueWriter(Writer):
             if item is None:
                 task_done(q)
                 return
-            task, filename, out_dir, target, savefun, append = item
-            del item  # hold no copy while waiting for the next write
-            task(filename, out_dir, target, savefun=savefun, append=append)
-            del target
+            item.perform()
+            del item  # hold no copy of the target while waiting for the next write
             task_done(q)
 
     def __call__(

@@ -10,6 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch.utils.data import Dataset
 
+from pytorch_pfn_extras.dataset._checks import is_integer
+
 
 class ItemNotFoundException(LookupError):
     """Raised when an item is looked up in a cache that does not hold it yet."""
@@ -89,7 +91,7 @@ class InfiniteCache(Cache):
 
     def _check(self, idx: Any) -> int:
         size = len(self._flags)
-        if isinstance(idx, bool) or not isinstance(idx, numbers.Integral):
+        if not is_integer(idx):
             message = f"cache index must be an int, got {type(idx).__name__} {idx!r}"
             raise TypeError(message)
         i = int(idx)
@@ -167,9 +169,7 @@ def _shared_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 def _as_shape(sm_size: int | Sequence[int]) -> tuple[int, ...]:
     dims: tuple[Any, ...] = (sm_size,) if isinstance(sm_size, numbers.Integral) else tuple(sm_size)  # type: ignore[arg-type]
-    if not dims or not all(
-        isinstance(d, numbers.Integral) and not isinstance(d, bool) and int(d) >= 0 for d in dims
-    ):
+    if not dims or not all(is_integer(d) and int(d) >= 0 for d in dims):
         message = (
             f"sm_size must be the storage shape (number of items, *item shape) as non-negative "
             f"ints, got {sm_size!r}"

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 
 import torch
 
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.onnx import _torch_onnx
 
 __all__ = ["cond", "fori_loop", "while_loop"]
@@ -48,7 +49,7 @@ def _as_index(value: int | torch.Tensor, name: str) -> int | torch.Tensor:
             )
             raise TypeError(message)
         return value.reshape(())
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         message = f"fori_loop's {name} must be an int or a 1-element integer tensor, got {value!r}"
         raise TypeError(message)
     return value

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytorch_pfn_extras.dataset._checks import is_integer
 from pytorch_pfn_extras.dataset.tabular import _columns
 from pytorch_pfn_extras.dataset.tabular._indexing import KeyIndices, Rows, as_index_array
 from pytorch_pfn_extras.dataset.tabular._tabular_dataset import Mode, TabularDataset
@@ -200,10 +201,10 @@ def _entry(value: tuple[Any, Any]) -> tuple[str | tuple[str, ...], Any]:
 
 
 def _common_length(entries: list[tuple[Any, Any]], size: int | None) -> int:
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+    if size is not None and (not is_integer(size) or int(size) < 0):
         message = f"size must be a non-negative int, got {size!r}"
         raise ValueError(message)
-    length = size
+    length = None if size is None else int(size)
     source = "size"
     for keys, value in entries:
         if _is_column(value):

@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from pytorch_pfn_extras.dataset._checks import is_integer
+
 IndexArray: TypeAlias = npt.NDArray[np.intp]
 Rows: TypeAlias = "range | IndexArray | int | None"
 KeyIndices: TypeAlias = "tuple[int, ...] | None"
@@ -86,7 +88,7 @@ def check_rows(indices: object, length: int, *, copy: bool = False) -> Rows:
 
 def check_index(index: object, length: int) -> int:
     """Validate one row index (``dataset[i]``, ``get_example(i)``); negative counts from the end."""
-    if isinstance(index, bool) or not isinstance(index, (numbers.Integral, np.integer)):
+    if not is_integer(index):
         message = f"example index must be an int, got {type(index).__name__} {index!r}"
         raise TypeError(message)
     i = int(index)
@@ -167,7 +169,7 @@ def check_keys(keys: object, names: tuple[str, ...]) -> tuple[tuple[int, ...], b
 
     ``keys`` is a key name or position, or a tuple/list of them, or a boolean mask over the keys.
     """
-    if isinstance(keys, (str, numbers.Integral, np.integer)) and not isinstance(keys, bool):
+    if isinstance(keys, str) or is_integer(keys):
         return (_key_index(keys, names),), True
     if isinstance(keys, (np.ndarray, torch.Tensor)):
         keys = keys.tolist()
@@ -199,7 +201,7 @@ def _key_index(key: Any, names: tuple[str, ...]) -> int:
         except ValueError:
             message = f"unknown key {key!r}; the dataset has keys {names!r}"
             raise KeyError(message) from None
-    if isinstance(key, (numbers.Integral, np.integer)) and not isinstance(key, (bool, np.bool_)):
+    if is_integer(key):
         i = int(key)
         if not -len(names) <= i < len(names):
             message = f"key index {i} is out of range for a dataset with keys {names!r}"
