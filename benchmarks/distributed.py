@@ -3,15 +3,17 @@
 Both wrap copies of the same MLP (``--width`` hidden units, ``--layers`` hidden layers, about
 ``layers * width**2`` parameters) in the same 2-process gloo group on 127.0.0.1, and train it
 with SGD on the same per-rank batches (``--batch`` rows of ``--width`` features): forward,
-backward (which averages the gradients over the ranks) and the optimizer step. torch's DDP
-all-reduces gradient buckets while the backward pass runs; ppe's averages them in one pass
-after it (coalesced into flat buffers, one all-reduce per 32 MiB), which also allows graphs that
-differ between ranks.
+backward (which averages the gradients over the ranks) and the optimizer step. Both all-reduce
+gradient buckets while the backward pass runs; ppe's buckets carry a "has a gradient" flag per
+parameter, which also allows graphs that differ between ranks without a negotiation collective.
 
 The two are interleaved ``--rounds`` times, ``--iterations`` iterations each (after a warm-up
 round); each rank times its iterations, and the slower rank's time counts (the collective
 makes the ranks wait for each other). Printed: the median per-iteration time of each and their
 ratio (ppe / torch; target: at most 1.1), measured in this run.
+
+The sharded snapshot times on 2 and 4 ranks against one rank saving everything are
+measured by ``benchmarks/sharded_snapshot.py``.
 
 Usage: ``python benchmarks/distributed.py [--rounds 7] [--iterations 30] [--width 512]
 [--layers 4] [--batch 64] [--threads 1]``. It starts its two workers with

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
-import socket
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -88,30 +87,11 @@ def test_main_job_trains_under_torchrun_and_resumes_on_every_rank(tmp_path: path
     assert resumed[-1]["val/accuracy"] >= 0.8
 
 
-def _mpirun() -> str:
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip(
-            "needs OpenMPI's mpirun: run scripts/install_mpi.sh (apt-get install openmpi-bin "
-            "libopenmpi-dev, as root)"
-        )
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        pytest.skip("needs mpi4py in this environment: run scripts/install_mpi.sh")
-    return mpirun
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_main_job_trains_under_mpirun(tmp_path: pathlib.Path) -> None:
-    mpirun = _mpirun()
+def test_main_job_trains_under_mpirun(
+    tmp_path: pathlib.Path, mpirun: str, free_port: Callable[[], int]
+) -> None:
     out = tmp_path / "result"
     result = subprocess.run(
         [
@@ -123,7 +103,7 @@ def test_main_job_trains_under_mpirun(tmp_path: pathlib.Path) -> None:
             "-x",
             "MASTER_ADDR=127.0.0.1",
             "-x",
-            f"MASTER_PORT={_free_port()}",
+            f"MASTER_PORT={free_port()}",
             "-x",
             "MPLBACKEND",
             "-x",

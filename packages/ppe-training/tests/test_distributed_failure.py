@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -73,12 +73,6 @@ def worker(
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
@@ -110,8 +104,10 @@ def test_under_torchrun_a_failing_rank_ends_the_job_with_its_error(tmp_path: Pat
     assert time.monotonic() - start < DEADLINE
 
 
-def _bare_processes(tmp_path: Path, hang: bool) -> tuple[list[subprocess.Popen[str]], float]:
-    init_method = f"tcp://127.0.0.1:{_free_port()}"
+def _bare_processes(
+    tmp_path: Path, port: int, hang: bool
+) -> tuple[list[subprocess.Popen[str]], float]:
+    init_method = f"tcp://127.0.0.1:{port}"
     start = time.monotonic()
     extra = ["hang"] if hang else []
     processes = [
@@ -127,8 +123,10 @@ def _bare_processes(tmp_path: Path, hang: bool) -> tuple[list[subprocess.Popen[s
     return processes, start
 
 
-def test_bare_processes_all_end_when_one_rank_fails(tmp_path: Path) -> None:
-    processes, start = _bare_processes(tmp_path, hang=False)
+def test_bare_processes_all_end_when_one_rank_fails(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    processes, start = _bare_processes(tmp_path, free_port(), hang=False)
     outputs: list[str] = []
     try:
         for process in processes:
@@ -152,8 +150,10 @@ def test_bare_processes_all_end_when_one_rank_fails(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_rank_waiting_for_a_hung_peer_fails_after_the_group_timeout(tmp_path: Path) -> None:
-    processes, start = _bare_processes(tmp_path, hang=True)
+def test_a_rank_waiting_for_a_hung_peer_fails_after_the_group_timeout(
+    tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    processes, start = _bare_processes(tmp_path, free_port(), hang=True)
     try:
         survivor = processes[0].communicate(timeout=DEADLINE)[0]
         elapsed = time.monotonic() - start

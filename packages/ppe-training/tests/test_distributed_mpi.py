@@ -9,10 +9,9 @@ all-reduces a tensor through gloo. Without mpirun or mpi4py the tests skip, nami
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -45,35 +44,17 @@ def _program(init_method: str) -> None:
     dist.destroy_process_group()
 
 
-def _mpirun() -> str:
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip(
-            "needs OpenMPI's mpirun: run scripts/install_mpi.sh (apt-get install openmpi-bin "
-            "libopenmpi-dev, as root)"
-        )
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        pytest.skip("needs mpi4py in this environment: run scripts/install_mpi.sh")
-    return mpirun
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.mpi
-def test_mpirun_processes_form_a_torch_distributed_group() -> None:
+def test_mpirun_processes_form_a_torch_distributed_group(
+    mpirun: str, free_port: Callable[[], int]
+) -> None:
     # The "env" init method is checked without MPI, by test_distributed_sampler.py.
     init_method = "tcp"
     result = subprocess.run(
         [
-            _mpirun(),
+            mpirun,
             "-n", "2", "--allow-run-as-root", "--oversubscribe",
-            "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={_free_port()}",
+            "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={free_port()}",
             "-x", "PYTHONWARNINGS",
             sys.executable, __file__, init_method,
         ],

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -189,12 +189,6 @@ def test_bad_environments_and_arguments_are_clear_errors(
         initialize_ompi_environment(**kwargs)  # type: ignore[arg-type]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _rank_main() -> None:
     """One of two processes given the variables of ``mpirun -n 2``: prints what it got."""
     world_size, rank, local_rank = initialize_ompi_environment(init_method=sys.argv[1], timeout=60)
@@ -206,8 +200,10 @@ def _rank_main() -> None:
 
 
 @pytest.mark.parametrize("init_method", ["tcp", "env"])
-def test_two_processes_with_the_variables_of_mpirun_form_a_group(init_method: str) -> None:
-    port = str(_free_port())
+def test_two_processes_with_the_variables_of_mpirun_form_a_group(
+    init_method: str, free_port: Callable[[], int]
+) -> None:
+    port = str(free_port())
     processes = [
         subprocess.Popen(
             [sys.executable, __file__, init_method],
@@ -232,12 +228,14 @@ def test_two_processes_with_the_variables_of_mpirun_form_a_group(init_method: st
         assert f"RESULT 2 {rank} {rank} 3.0" in output
 
 
-def test_an_existing_group_of_another_shape_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_existing_group_of_another_shape_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, free_port: Callable[[], int]
+) -> None:
     if dist.is_initialized():
         pytest.skip("another test left a default process group initialized in this process")
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{_free_port()}",
+        init_method=f"tcp://127.0.0.1:{free_port()}",
         rank=0,
         world_size=1,
         timeout=datetime.timedelta(seconds=30),

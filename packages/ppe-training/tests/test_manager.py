@@ -514,3 +514,96 @@ def test_enable_trace_records_each_extension_in_the_tracer(tmp_path: Any) -> Non
         assert all(e["ph"] == "X" for e in events)
     finally:
         clear_tracer()
+
+
+def _initialization_order(tmp_path: Any, loader: Any) -> list[str]:
+    events: list[str] = []
+
+    class Reader(Extension):
+        priority = PRIORITY_WRITER
+
+        def __call__(self, manager: Any) -> None:
+            pass
+
+        def initialize(self, manager: Any) -> None:
+            events.append("reader")
+
+    loader.initialize = lambda manager: events.append("loader")
+    manager = ExtensionsManager({}, {}, 1, iters_per_epoch=1, out_dir=tmp_path)
+    manager.extend(Reader())
+    manager.extend(loader, name="loader", priority=PRIORITY_SNAPSHOT)
+    manager.start_extensions()
+    return events
+
+
+def test_an_extension_that_loads_state_is_initialized_first(tmp_path: Any) -> None:
+    class Loader(Extension):
+        loads_state = True
+
+        def __call__(self, manager: Any) -> None:
+            pass
+
+    assert Extension.loads_state is False
+    assert ExtensionEntry(Loader()).loads_state is True
+    assert _initialization_order(tmp_path / "class", Loader()) == ["loader", "reader"]
+
+    @make_extension(loads_state=True)
+    def made(manager: Any) -> None:
+        pass
+
+    assert ExtensionEntry(made).loads_state is True
+    assert _initialization_order(tmp_path / "made", made) == ["loader", "reader"]
+
+
+def test_the_private_loads_state_name_of_earlier_versions_still_counts(tmp_path: Any) -> None:
+    class Legacy(Extension):
+        def __call__(self, manager: Any) -> None:
+            pass
+
+    legacy = Legacy()
+    assert _initialization_order(tmp_path / "plain", legacy) == ["reader", "loader"]
+    legacy = Legacy()
+    legacy._loads_state = True  # type: ignore[attr-defined]
+    assert ExtensionEntry(legacy).loads_state is True
+    assert _initialization_order(tmp_path / "legacy", legacy) == ["loader", "reader"]
+
+
+def test_autoloading_snapshot_declares_loads_state() -> None:
+    assert ExtensionEntry(ext_module.snapshot(autoload=True)).loads_state is True
+    assert ExtensionEntry(ext_module.snapshot()).loads_state is False
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"enable_profile": True}, {"enable_trace": True}],
+    ids=["plain", "profile", "trace"],
+)
+def test_profiled_and_plain_managers_run_the_same_extensions_in_the_same_order(
+    tmp_path: Any, options: dict[str, bool]
+) -> None:
+    calls: list[tuple[str, int, bool]] = []
+
+    def recorder(name: str) -> Any:
+        def extension(manager: Any) -> str:
+            calls.append((name, manager.iteration, manager._stop_iteration == manager.iteration))
+            return name
+
+        return extension
+
+    clear_tracer()
+    try:
+        manager = ExtensionsManager({}, {}, 1, iters_per_epoch=4, out_dir=tmp_path, **options)
+        manager.extend(recorder("every"), name="every", priority=PRIORITY_READER)
+        manager.extend(recorder("even"), name="even", trigger=(2, "iteration"), priority=1)
+        manager.extend(recorder("editor"), name="editor", priority=PRIORITY_EDITOR)
+        manager.extend(recorder("last"), name="last", priority=PRIORITY_SNAPSHOT)
+        _run(manager)
+    finally:
+        clear_tracer()
+    expected: list[tuple[str, int, bool]] = []
+    for iteration in range(1, 5):
+        expected += [("editor", iteration, False), ("every", iteration, False)]
+        if iteration % 2 == 0:
+            expected.append(("even", iteration, False))
+        expected.append(("last", iteration, True))  # the stop trigger ran before it
+    assert calls == expected

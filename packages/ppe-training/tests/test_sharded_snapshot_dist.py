@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,45 +18,48 @@ SCRIPT = Path(__file__).with_name("sharded_train.py")
 TIMEOUT = 240  # a hung collective would exceed the ranks' own timeouts (seconds) by far
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-def _run(
-    out: Path, ranks: int, *args: str, expect_failure: bool = False
-) -> subprocess.CompletedProcess[str]:
-    """Run sharded_train.py on ``ranks`` processes (0: one process without torchrun)."""
-    if ranks:
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            str(ranks),
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(_free_port()),
-            "--max-restarts",
-            "0",
-        ]
-    else:
-        command = [sys.executable]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default"}
-    process = subprocess.run(
-        [*command, str(SCRIPT), str(out), *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-    )
-    if expect_failure:
-        assert process.returncode != 0, process.stdout[-3000:]
-    else:
-        assert process.returncode == 0, process.stderr[-6000:]
-    return process
+@pytest.fixture
+def run(free_port: Callable[[], int]) -> Run:
+    """``run(out, ranks, *args, expect_failure=False)``: sharded_train.py on ``ranks``
+    processes (0: one process without torchrun), checked to succeed (or to fail)."""
+
+    def run_script(
+        out: Path, ranks: int, *args: str, expect_failure: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        if ranks:
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                str(ranks),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(free_port()),
+                "--max-restarts",
+                "0",
+            ]
+        else:
+            command = [sys.executable]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default"}
+        process = subprocess.run(
+            [*command, str(SCRIPT), str(out), *args],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=env,
+        )
+        if expect_failure:
+            assert process.returncode != 0, process.stdout[-3000:]
+        else:
+            assert process.returncode == 0, process.stderr[-6000:]
+        return process
+
+    return run_script
 
 
 def _result(path: Path) -> dict[str, Any]:
@@ -87,14 +90,14 @@ def _assert_same_training(result: dict[str, Any], reference: dict[str, Any]) -> 
 
 @pytest.mark.slow
 def test_fsdp_snapshot_of_4_ranks_resumes_on_2_then_on_1(
-    tmp_path: Path, reference: dict[str, Any]
+    tmp_path: Path, reference: dict[str, Any], run: Run
 ) -> None:
-    _run(tmp_path, 4, "--model", "fsdp", "--stop-at", "5")
+    run(tmp_path, 4, "--model", "fsdp", "--stop-at", "5")
     assert (tmp_path / "snapshot_iter_4" / "__3_0.distcp").exists()
-    second = _run(tmp_path, 2, "--model", "fsdp", "--stop-at", "9")
+    second = run(tmp_path, 2, "--model", "fsdp", "--stop-at", "9")
     # A state object that differs per rank cannot be taken over by another world size.
     assert "written by 4 ranks and is loaded by 2: [\"state_objects['note']\"]" in second.stderr
-    _run(tmp_path, 1, "--model", "fsdp", "--result", str(tmp_path / "result.pt"))
+    run(tmp_path, 1, "--model", "fsdp", "--result", str(tmp_path / "result.pt"))
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_8")
     _assert_same_training(result, reference)
@@ -104,15 +107,15 @@ def test_fsdp_snapshot_of_4_ranks_resumes_on_2_then_on_1(
 
 @pytest.mark.slow
 def test_async_plain_snapshot_of_2_ranks_resumes_with_ddp_on_4_and_without_a_process_group(
-    tmp_path: Path, reference: dict[str, Any]
+    tmp_path: Path, reference: dict[str, Any], run: Run
 ) -> None:
-    _run(tmp_path, 2, "--async-save", "--n-retains", "2", "--stop-at", "7")
+    run(tmp_path, 2, "--async-save", "--n-retains", "2", "--stop-at", "7")
     assert sorted(p.name for p in tmp_path.glob("snapshot_iter_*")) == [
         "snapshot_iter_4",
         "snapshot_iter_6",
     ]
-    _run(tmp_path, 4, "--model", "ddp", "--async-save", "--stop-at", "9")
-    _run(tmp_path, 0, "--result", str(tmp_path / "result.pt"))
+    run(tmp_path, 4, "--model", "ddp", "--async-save", "--stop-at", "9")
+    run(tmp_path, 0, "--result", str(tmp_path / "result.pt"))
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_8")
     _assert_same_training(result, reference)
@@ -120,9 +123,9 @@ def test_async_plain_snapshot_of_2_ranks_resumes_with_ddp_on_4_and_without_a_pro
 
 @pytest.mark.slow
 def test_sigkill_of_a_rank_mid_save_resumes_from_the_last_complete_snapshot(
-    tmp_path: Path, reference: dict[str, Any]
+    tmp_path: Path, reference: dict[str, Any], run: Run
 ) -> None:
-    killed = _run(
+    killed = run(
         tmp_path,
         2,
         "--model",
@@ -141,7 +144,7 @@ def test_sigkill_of_a_rank_mid_save_resumes_from_the_last_complete_snapshot(
     names = sorted(p.name for p in tmp_path.iterdir())
     assert [n for n in names if n.startswith("snapshot")] == ["snapshot_iter_2", "snapshot_iter_4"]
     assert any(n.startswith(".snapshot_iter_6.tmp-") for n in names)
-    _run(tmp_path, 2, "--model", "fsdp", "--result", str(tmp_path / "result.pt"))
+    run(tmp_path, 2, "--model", "fsdp", "--result", str(tmp_path / "result.pt"))
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_4")
     assert not any(p.name.startswith(".snapshot_iter_6.tmp-") for p in tmp_path.iterdir())
@@ -151,26 +154,27 @@ def test_sigkill_of_a_rank_mid_save_resumes_from_the_last_complete_snapshot(
 @pytest.mark.slow
 def test_missing_shard_and_missing_rank_are_errors_on_every_rank_not_hangs(
     tmp_path: Path,
+    run: Run,
 ) -> None:
-    _run(tmp_path, 2, "--model", "fsdp", "--stop-at", "3")
+    run(tmp_path, 2, "--model", "fsdp", "--stop-at", "3")
     (tmp_path / "snapshot_iter_2" / "__1_0.distcp").unlink()
-    failed = _run(tmp_path, 2, "--model", "fsdp", "--timeout", "5", expect_failure=True)
+    failed = run(tmp_path, 2, "--model", "fsdp", "--timeout", "5", expect_failure=True)
     message = "is incomplete: __1_0.distcp (written by rank 1) is missing"
     assert "[rank0]: FileNotFoundError" in failed.stderr
     assert "[rank1]: FileNotFoundError" in failed.stderr
     assert failed.stderr.count(message) >= 2
 
     # A rank that skips a collective snapshot is named by the others, within the timeout.
-    skipped = _run(tmp_path / "skip", 2, "--skip-rank", "1", "--timeout", "4", expect_failure=True)
+    skipped = run(tmp_path / "skip", 2, "--skip-rank", "1", "--timeout", "4", expect_failure=True)
     assert "Ranks 1 failed to pass monitoredBarrier" in skipped.stderr
     assert "not every rank of 2 reached the snapshot 'snapshot_iter_2' within 4 s" in skipped.stderr
 
 
 @pytest.mark.slow
 def test_distributed_mode_resumes_on_the_same_world_size_only(
-    tmp_path: Path, reference: dict[str, Any]
+    tmp_path: Path, reference: dict[str, Any], run: Run
 ) -> None:
-    _run(tmp_path, 2, "--mode", "DISTRIBUTED", "--stop-at", "5")
+    run(tmp_path, 2, "--mode", "DISTRIBUTED", "--stop-at", "5")
     assert sorted(os.listdir(tmp_path / "snapshot_iter_4")) == [
         "ppe_snapshot.json",
         "rank_0.pt",
@@ -179,10 +183,10 @@ def test_distributed_mode_resumes_on_the_same_world_size_only(
     # Each rank's own state: the per-rank state object of rank 1 is rank 1's.
     rank1 = torch.load(tmp_path / "snapshot_iter_4" / "rank_1.pt", weights_only=True)
     assert rank1["state_objects"]["note"] == {"rank": 1, "steps": 4}
-    other = _run(tmp_path, 0, "--mode", "DISTRIBUTED", expect_failure=True)
+    other = run(tmp_path, 0, "--mode", "DISTRIBUTED", expect_failure=True)
     assert "written by 2 ranks in SnapshotMode.DISTRIBUTED" in other.stderr
     assert "resumes only on 2 ranks, not 1" in other.stderr
-    _run(tmp_path, 2, "--mode", "DISTRIBUTED", "--result", str(tmp_path / "result.pt"))
+    run(tmp_path, 2, "--mode", "DISTRIBUTED", "--result", str(tmp_path / "result.pt"))
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_4")
     _assert_same_training(result, reference)

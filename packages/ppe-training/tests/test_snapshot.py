@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -289,16 +289,12 @@ def test_saver_rank_needs_torch_distributed(tmp_path: Any) -> None:
         manager.start_extensions()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.slow
-def test_saver_rank_writes_on_one_rank_and_every_rank_autoloads(tmp_path: Any) -> None:
+def test_saver_rank_writes_on_one_rank_and_every_rank_autoloads(
+    tmp_path: Any, free_port: Callable[[], int]
+) -> None:
     script = Path(__file__).with_name("training_dist_snapshot.py")
-    port = str(_free_port())
+    port = str(free_port())
     processes = [
         subprocess.Popen(
             [sys.executable, str(script), str(tmp_path), str(rank), "2", port],
@@ -316,9 +312,11 @@ def test_saver_rank_writes_on_one_rank_and_every_rank_autoloads(tmp_path: Any) -
 
 
 @pytest.mark.slow
-def test_snapshot_on_error_is_written_by_the_saver_rank_only(tmp_path: Any) -> None:
+def test_snapshot_on_error_is_written_by_the_saver_rank_only(
+    tmp_path: Any, free_port: Callable[[], int]
+) -> None:
     script = Path(__file__).with_name("training_dist_snapshot.py")
-    port = str(_free_port())
+    port = str(free_port())
     processes = [
         subprocess.Popen(
             [sys.executable, str(script), str(tmp_path), str(rank), "2", port, "on_error"],

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from pytorch_pfn_extras.dataset.tabular._tabular_dataset import _Batch
+from pytorch_pfn_extras.dataset.tabular._tabular_dataset import _Batch, arrange
 
 
 class CollateAsDict:
@@ -64,10 +64,8 @@ class TabularCollate:
         sequence: Callable[[Any], Any] = tuple if batch.mode is tuple else list
         columns = [_collate_column(column, sequence) for column in batch.columns]
         if batch.mode is tuple:
-            return columns
-        if batch.mode is dict:
-            return dict(zip(batch.keys, columns))
-        return columns[0]
+            return columns  # default_collate makes a list of a batch of tuples
+        return arrange(columns, batch.keys, batch.mode)
 
 
 def _collate_column(column: Any, sequence: Callable[[Any], Any]) -> Any:

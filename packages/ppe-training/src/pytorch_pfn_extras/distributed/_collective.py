@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.reporting import DictSummary
 
 # Environment variables in which launchers give the number of processes of the job.
@@ -29,7 +30,7 @@ def is_initialized() -> bool:
 
 def check_int(value: Any, name: str, owner: str, minimum: int) -> int:
     """``value`` if it is an ``int`` (not a ``bool``) of at least ``minimum``, else an error."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         message = f"{owner}: {name} must be an integer, got {value!r}"
         raise TypeError(message)
     if value < minimum:

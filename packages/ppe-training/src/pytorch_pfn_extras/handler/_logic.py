@@ -14,6 +14,7 @@ from pytorch_pfn_extras.handler._logic_base import (
     Optimizers,
     _type_name,
 )
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.runtime._batch import call_with_batch
 
 _NO_CONTEXT: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
@@ -58,7 +59,7 @@ def _grad_clip_options(value: Any) -> dict[str, float] | None:
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         message = f"the {name!r} option must be a positive integer, got {value!r}"
         raise ValueError(message)
     return value

@@ -24,14 +24,40 @@ from pytorch_pfn_extras.training._manager_util import (
 )
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
 from pytorch_pfn_extras.training._version import __version__
+from pytorch_pfn_extras.training._writer_util import (
+    check_writer,
+    finalize_writer,
+    initialize_writer,
+)
 from pytorch_pfn_extras.writing import SimpleWriter, Writer
 
 __all__ = ["ModelsLike", "OptimizersLike", "TransformModel", "_BaseExtensionsManager"]
 
 _RESERVED_NAMES = frozenset({"training"})
 
-# (trigger, extension) pairs of the hot loop; ``tag`` is used only when profiling.
-_Runner = tuple[Trigger, ExtensionLike, str]
+# (trigger, extension) pairs of the hot loop; the extension is wrapped in a _Recorded
+# when profiling, so that one loop serves both.
+_Runner = tuple[Trigger, ExtensionLike]
+
+
+class _Recorded:
+    """An extension run inside ``profiler.record(tag)`` (``enable_profile``/``enable_trace``)."""
+
+    __slots__ = ("_enable", "_extension", "_record", "_tag", "_trace")
+
+    def __init__(self, extension: ExtensionLike, tag: str, enable: bool, trace: bool) -> None:
+        # Imported only by a profiled manager: the profiler is not needed otherwise.
+        from pytorch_pfn_extras.profiler import record
+
+        self._record = record
+        self._extension = extension
+        self._tag = tag
+        self._enable = enable
+        self._trace = trace
+
+    def __call__(self, manager: Any) -> Any:
+        with self._record(self._tag, enable=self._enable, trace=self._trace):
+            return self._extension(manager)
 
 
 class _BaseExtensionsManager:
@@ -71,6 +97,8 @@ class _BaseExtensionsManager:
         self._stop_trigger: Trigger = get_trigger(stop_trigger)
         self.max_epochs = max_epochs
         self._out = os.fspath(out_dir)
+        if writer is not None:
+            check_writer(writer, type(self).__name__)
         self._writer = writer if writer is not None else SimpleWriter(out_dir=self._out)
         self._enable_profile = enable_profile
         self._enable_trace = enable_trace
@@ -336,7 +364,11 @@ class _BaseExtensionsManager:
         return sorted(self._extensions.values(), key=lambda e: -e.priority)
 
     def _runner(self, entry: ExtensionEntry) -> _Runner:
-        return (entry.trigger, entry.extension, "extension:" + entry.name)
+        extension = entry.extension
+        if self._enable_profile or self._enable_trace:
+            tag = "extension:" + entry.name
+            extension = _Recorded(extension, tag, self._enable_profile, self._enable_trace)
+        return (entry.trigger, extension)
 
     def start_extensions(self) -> None:
         """Start training: load an autoloaded snapshot, initialize extensions, start the clock.
@@ -357,10 +389,10 @@ class _BaseExtensionsManager:
         ]
         self._started = True
         self._start_time = time.perf_counter()
-        self._writer.initialize(self._out)
+        initialize_writer(self._writer, self._out)
         # Snapshots that autoload go first, so that every other extension (and its
         # trigger, e.g. a finished OnceTrigger) is initialized from the loaded state.
-        loaders = [e for e in entries if getattr(e.extension, "_loads_state", False)]
+        loaders = [e for e in entries if e.loads_state]
         try:
             for entry in loaders + [e for e in entries if e not in loaders]:
                 initialize = getattr(entry.extension, "initialize", None)
@@ -393,33 +425,15 @@ class _BaseExtensionsManager:
         so a snapshot records its state.
         """
         self._in_extensions = True
-        if self._enable_profile or self._enable_trace:
-            self._run_extensions_profiled()
-            self._in_extensions = False
-            return
-        for trigger, extension, _ in self._runners_before_stop:
+        for trigger, extension in self._runners_before_stop:
             if trigger(self):
                 extension(self)
         if self._stop_iteration != self.iteration:
             self._evaluate_stop_trigger()
-        for trigger, extension, _ in self._runners_after_stop:
+        for trigger, extension in self._runners_after_stop:
             if trigger(self):
                 extension(self)
         self._in_extensions = False
-
-    def _run_extensions_profiled(self) -> None:
-        from pytorch_pfn_extras.profiler import record
-
-        enable, trace = self._enable_profile, self._enable_trace
-        for trigger, extension, tag in self._runners_before_stop:
-            if trigger(self):
-                with record(tag, enable=enable, trace=trace):
-                    extension(self)
-        self._evaluate_stop_trigger()
-        for trigger, extension, tag in self._runners_after_stop:
-            if trigger(self):
-                with record(tag, enable=enable, trace=trace):
-                    extension(self)
 
     # ------------------------------------------------------------------ iterations
 
@@ -519,7 +533,7 @@ class _BaseExtensionsManager:
             except Exception as error:
                 errors.append((entry.name, error))
         try:
-            self._writer.finalize()
+            finalize_writer(self._writer)
         except Exception as error:
             errors.append(("writer", error))
         if not errors:

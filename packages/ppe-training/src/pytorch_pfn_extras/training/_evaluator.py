@@ -10,6 +10,7 @@ import torch
 
 from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.distributed._collective import reduce_summary
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
 
@@ -19,7 +20,7 @@ MetricFn = Callable[[Any, Any], Any]
 def sized_length(loader: Any, given: int | None, argument: str) -> int | None:
     """Return ``given`` (checked) or ``len(loader)``; ``None`` when neither is known."""
     if given is not None:
-        if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+        if not is_int(given) or given < 0:
             message = f"{argument} must be a non-negative integer, got {given!r}"
             raise ValueError(message)
         return given

@@ -7,6 +7,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class Extension:
         name: The name given by the manager at registration (``None`` before).
         needs_model_state: Whether the extension reads the model parameters (the manager
             tells runtimes through ``needs_model_state()``).
+        loads_state: Whether :meth:`initialize` loads the training state (a snapshot with
+            ``autoload``): the manager initializes such extensions before the others, so
+            that those (and their triggers) start from the loaded state.
         is_async: Whether the extension works in the background.
 
     Example:
@@ -55,6 +59,7 @@ class Extension:
     priority: int = PRIORITY_READER
     name: str | None = None
     needs_model_state: bool = False
+    loads_state: bool = False
     is_async: bool = False
 
     @property
@@ -123,7 +128,7 @@ def _manager_hook(
     return lambda manager: fn()
 
 
-_EXTRA_ATTRIBUTES = ("needs_model_state", "is_async")
+_EXTRA_ATTRIBUTES = ("needs_model_state", "loads_state", "is_async")
 
 
 def check_keywords(owner: str, kwargs: Mapping[str, Any], accepted: Sequence[str]) -> None:
@@ -173,7 +178,8 @@ def make_extension(
         initializer: Called with the manager before the first iteration (likewise).
         on_error: ``on_error(manager, exc, tb)``, called when an iteration raises; does
             nothing by default (``None`` too).
-        **kwargs: ``needs_model_state`` and ``is_async`` (booleans).
+        **kwargs: ``needs_model_state``, ``loads_state`` and ``is_async`` (booleans; see
+            :class:`Extension`).
 
     Returns:
         The decorator.
@@ -256,7 +262,7 @@ class ExtensionEntry:
             raise ValueError(message)
         if priority is None:
             priority = getattr(extension, "priority", PRIORITY_READER)
-        if isinstance(priority, bool) or not isinstance(priority, int):
+        if not is_int(priority):
             message = f"extension {name!r}: priority must be an integer, got {priority!r}"
             raise TypeError(message)
         if trigger is None:
@@ -271,6 +277,17 @@ class ExtensionEntry:
     def needs_model_state(self) -> bool:
         """Whether the extension reads the model state."""
         return bool(getattr(self.extension, "needs_model_state", False))
+
+    @property
+    def loads_state(self) -> bool:
+        """Whether the extension's ``initialize`` loads the training state (it runs first).
+
+        ``_loads_state``, the name of earlier versions, is read too.
+        """
+        extension = self.extension
+        return bool(
+            getattr(extension, "loads_state", False) or getattr(extension, "_loads_state", False)
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Return ``{'extension': ..., 'trigger': ...}`` (the states of both)."""

@@ -85,7 +85,10 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
         extensions: Extensions to register (like calling :meth:`extend` on each).
         out_dir: Output directory of logs and snapshots.
         writer: Writer extensions use to write into ``out_dir``; a
-            :class:`~pytorch_pfn_extras.writing.SimpleWriter` by default.
+            :class:`~pytorch_pfn_extras.writing.SimpleWriter` by default. Any callable
+            ``writer(filename, out_dir, target, *, savefun=None, append=False)`` is
+            accepted too (its ``initialize(out_dir)`` and ``finalize()`` are called if it
+            has them); without an ``fs`` attribute it writes to the local file system.
         enable_profile: Record each extension with :func:`pytorch_pfn_extras.profiler.record`.
         enable_trace: Also add each extension's run to the trace (``record(trace=True)``).
         state_objects: Other objects saved in snapshots (``state_dict``/``load_state_dict``),
@@ -93,8 +96,8 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
 
     Raises:
         ImportError: pytorch-ignite is not installed.
-        TypeError: ``engine`` is not an Ignite engine, or ``models``/``optimizers`` have the
-            wrong type.
+        TypeError: ``engine`` is not an Ignite engine, ``models``/``optimizers`` have the
+            wrong type, or ``writer`` is not callable.
 
     Example:
         >>> trainer = create_supervised_trainer(model, optimizer, loss_fn)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.training._base_manager import (
     ModelsLike,
     OptimizersLike,
@@ -78,7 +79,10 @@ class ExtensionsManager(_BaseExtensionsManager):
             state is saved in snapshots, so e.g. an
             :class:`~pytorch_pfn_extras.training.triggers.EarlyStoppingTrigger` resumes exactly.
         writer: Writer extensions use to write into ``out_dir``; a
-            :class:`~pytorch_pfn_extras.writing.SimpleWriter` by default.
+            :class:`~pytorch_pfn_extras.writing.SimpleWriter` by default. Any callable
+            ``writer(filename, out_dir, target, *, savefun=None, append=False)`` is
+            accepted too (its ``initialize(out_dir)`` and ``finalize()`` are called if it
+            has them); without an ``fs`` attribute it writes to the local file system.
         transform_model: ``fn(name, model) -> model`` applied to each model for
             :attr:`models` and snapshots (e.g. ``lambda n, m: m.module`` to unwrap DDP).
         enable_profile: Record each extension with :func:`pytorch_pfn_extras.profiler.record`
@@ -90,7 +94,8 @@ class ExtensionsManager(_BaseExtensionsManager):
     Raises:
         ValueError: ``iters_per_epoch`` is not a positive integer or ``max_epochs`` is not
             positive.
-        TypeError: ``models``, ``optimizers`` or ``state_objects`` have the wrong type.
+        TypeError: ``models``, ``optimizers`` or ``state_objects`` have the wrong type, or
+            ``writer`` is not callable.
 
     Example:
         >>> manager = ExtensionsManager(model, optimizer, 10, iters_per_epoch=len(loader),
@@ -120,11 +125,7 @@ class ExtensionsManager(_BaseExtensionsManager):
         enable_trace: bool = False,
         state_objects: Mapping[str, Any] | None = {},
     ) -> None:
-        if (
-            isinstance(iters_per_epoch, bool)
-            or not isinstance(iters_per_epoch, int)
-            or iters_per_epoch < 1
-        ):
+        if not is_int(iters_per_epoch) or iters_per_epoch < 1:
             message = f"iters_per_epoch must be a positive integer, got {iters_per_epoch!r}"
             raise ValueError(message)
         super().__init__(

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.training import get_trigger
 from pytorch_pfn_extras.utils._comparer_record import _dump, _Recording
 from pytorch_pfn_extras.utils._comparer_run import (
@@ -117,9 +118,7 @@ class Comparer:
         if not callable(compare_fn):
             message = f"compare_fn must be callable, got {compare_fn!r}"
             raise TypeError(message)
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-        ):
+        if concurrency is not None and (not is_int(concurrency) or concurrency < 1):
             message = f"concurrency must be a positive integer or None, got {concurrency!r}"
             raise ValueError(message)
         if baseline is not None and not isinstance(baseline, str):

@@ -75,7 +75,7 @@ class _CollectiveSnapshot(Extension):
         self._condition = condition
         self._n_retains = n_retains
         self.autoload = autoload
-        self._loads_state = autoload
+        self.loads_state = autoload
         self._saver_rank = saver_rank
         self._async = async_save
         self._comm: Comm | None = None

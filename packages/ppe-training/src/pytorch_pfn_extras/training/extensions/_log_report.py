@@ -15,9 +15,11 @@ from pytorch_pfn_extras.distributed._collective import (
     rank,
     reduce_summary,
 )
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.reporting import DictSummary
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension, check_keywords
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
+from pytorch_pfn_extras.training._writer_util import file_system_of
 from pytorch_pfn_extras.training.extensions._bytes import write_bytes
 
 if TYPE_CHECKING:
@@ -196,7 +198,7 @@ def _parse_json_array(data: bytes) -> list[Any]:
 
 def _entry_iteration(entry: Any) -> int | None:
     value = entry.get("iteration") if isinstance(entry, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if is_int(value) else None
 
 
 def _read_log(path: str | os.PathLike[str], format: str | None = None) -> list[Any]:
@@ -443,7 +445,7 @@ class LogReport(Extension):
 
     def _entries_before_resume(self, writer: Writer, path: str) -> bytes | None:
         """The file's content up to the snapshot, if entries were written after it."""
-        fs = writer.fs
+        fs = file_system_of(writer, ("exists", "open"), "LogReport reads back its log file")
         if not fs.exists(path):
             return b""
         with fs.open(path, "rb") as f:

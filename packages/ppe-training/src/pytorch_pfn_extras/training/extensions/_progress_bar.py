@@ -9,6 +9,7 @@ import math
 import time
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.training.extensions._print_report import (
@@ -37,7 +38,7 @@ class _Status(NamedTuple):
 
 
 def _check_positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         message = f"ProgressBar: {name} must be a positive integer, got {value!r}"
         raise ValueError(message)
     return value

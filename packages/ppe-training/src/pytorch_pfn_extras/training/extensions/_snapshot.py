@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import pickle
 import types
@@ -12,14 +13,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension, check_keywords
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
+from pytorch_pfn_extras.training._writer_util import (
+    check_writer,
+    file_system_of,
+    finalize_writer,
+    initialize_writer,
+)
 from pytorch_pfn_extras.training.extensions._snapshot_files import SnapshotFiles
 from pytorch_pfn_extras.writing import SimpleWriter
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
-    from pytorch_pfn_extras.writing import Writer
+    from pytorch_pfn_extras.writing import FileSystem, Writer
 
 Filename = str | Callable[["ExtensionsManagerProtocol"], str]
 
@@ -86,12 +94,10 @@ def _check_options(
     if condition is not None and not callable(condition):
         message = f"snapshot condition must be a callable or None, got {condition!r}"
         raise TypeError(message)
-    if isinstance(n_retains, bool) or not isinstance(n_retains, int) or n_retains == 0:
+    if not is_int(n_retains) or n_retains == 0:
         message = f"n_retains must be a positive integer, or -1 to keep all, got {n_retains!r}"
         raise ValueError(message)
-    if saver_rank is not None and (
-        isinstance(saver_rank, bool) or not isinstance(saver_rank, int) or saver_rank < 0
-    ):
+    if saver_rank is not None and (not is_int(saver_rank) or saver_rank < 0):
         message = f"saver_rank must be a rank (an integer >= 0) or None, got {saver_rank!r}"
         raise ValueError(message)
     if (autoload or n_retains > 0) and not isinstance(filename, str):
@@ -136,7 +142,7 @@ class _Snapshot(Extension):
         self._snapshot_on_error = snapshot_on_error
         self._n_retains = n_retains
         self.autoload = autoload
-        self._loads_state = autoload
+        self.loads_state = autoload
         self._saver_rank = saver_rank
         self._default_name = default_name
         self._is_saver = True
@@ -156,6 +162,22 @@ class _Snapshot(Extension):
             message = "snapshot needs a writer: the manager has none and none was given"
             raise RuntimeError(message)
         return writer
+
+    def _file_system_of(self, writer: Writer) -> FileSystem:
+        """The file system ``writer`` writes to, checked for what autoload and retention use
+        (a writer without ``fs``, a plain callable, writes to the local file system)."""
+        needs: tuple[str, ...] = ("listdir", "open") if self.autoload else ()
+        if self._n_retains > 0:
+            needs += ("listdir", "remove")
+        options = " and ".join(
+            option
+            for option, used in (
+                ("autoload=True", self.autoload),
+                (f"n_retains={self._n_retains}", self._n_retains > 0),
+            )
+            if used
+        )
+        return file_system_of(writer, needs, f"snapshot({options}) finds its files")
 
     def _target_of(self, manager: ExtensionsManagerProtocol) -> Any:
         return manager if self._target is None else self._target
@@ -178,15 +200,19 @@ class _Snapshot(Extension):
             self._is_saver = self._check_saver_rank()
         writer = self._writer_of(manager)
         if self._writer is not None:
-            self._writer.initialize(self._out)
+            initialize_writer(self._writer, self._out)
+        if self._files is None:
+            return None
+        fs = self._file_system_of(writer)  # a writer retention cannot use fails here
         if self._n_retains > 0 and self._is_saver and self._hooked is None:
             add_hook = getattr(writer, "add_post_save_hook", None)
             if callable(add_hook):
-                add_hook(self._after_save)
+                # Retention runs once each write is complete, through what wrote it.
+                add_hook(functools.partial(self._after_save, fs=fs, out=self._out))
                 self._hooked = writer
         if not self.autoload:
             return None
-        self._autoload(manager, writer)
+        self._autoload(manager, fs)
         if self.resumed_from is None:
             return None
         return os.path.relpath(self.resumed_from, self._out)
@@ -209,9 +235,8 @@ class _Snapshot(Extension):
             raise ValueError(message)
         return dist.get_rank() == self._saver_rank
 
-    def _autoload(self, manager: ExtensionsManagerProtocol, writer: Writer) -> None:
+    def _autoload(self, manager: ExtensionsManagerProtocol, fs: FileSystem) -> None:
         assert self._files is not None
-        fs = writer.fs
         for path in self._files.list(fs, self._out):
             try:
                 with fs.open(path, "rb") as f:
@@ -252,21 +277,25 @@ class _Snapshot(Extension):
         out = self._out or self._out_of(manager)
         writer(name, out, state)
         if self._n_retains > 0 and self._hooked is not writer:
-            # A writer without post-save hooks is assumed synchronous: clean up now.
-            self._after_save(os.path.join(out, name))
+            # A writer without post-save hooks (a plain callable) is synchronous: the file
+            # is complete once it returns, so clean up now, where it wrote.
+            self._after_save(os.path.join(out, name), fs=self._file_system_of(writer), out=out)
 
-    def _after_save(self, path: str) -> None:
-        """Delete the oldest snapshots beyond ``n_retains`` once ``path`` is complete."""
+    def _after_save(self, path: str, *, fs: FileSystem, out: str) -> None:
+        """Delete the oldest snapshots beyond ``n_retains`` once ``path`` is complete.
+
+        Args:
+            path: The file just written (the writer's post-save hooks get every file it
+                writes: only this snapshot's files count).
+            fs: The file system the writer wrote ``path`` to.
+            out: The output directory the snapshot wrote into.
+        """
         files = self._files
-        if files is None or not files.contains(path, self._out):
+        if files is None or not files.contains(path, out):
             return
         path = os.path.normpath(path)
-        writer = self._hooked if self._hooked is not None else self._writer
-        fs = writer.fs if writer is not None else None
-        if fs is None:
-            return
         self._bad_files.discard(path)  # rewritten: complete now
-        good = [p for p in files.list(fs, self._out) if p not in self._bad_files]
+        good = [p for p in files.list(fs, out) if p not in self._bad_files]
         for old in good[self._n_retains :]:
             if old == path:
                 continue
@@ -288,7 +317,7 @@ class _Snapshot(Extension):
     def finalize(self, manager: ExtensionsManagerProtocol) -> None:
         """Wait for the snapshot's own writer, if it was given one."""
         if self._writer is not None:
-            self._writer.finalize()
+            finalize_writer(self._writer)
 
 
 def _writer_for(savefun: Any, writer: Writer | None) -> Writer | None:
@@ -297,6 +326,8 @@ def _writer_for(savefun: Any, writer: Writer | None) -> Writer | None:
         raise TypeError(message)
     if savefun is not None:
         return SimpleWriter(savefun=savefun)
+    if writer is not None:
+        check_writer(writer, "snapshot")
     return writer
 
 
@@ -349,11 +380,17 @@ def snapshot(
         condition: A callable without arguments; the snapshot is skipped when it returns
             false.
         writer: Writer to use instead of the manager's (e.g. a
-            :class:`~pytorch_pfn_extras.writing.ThreadWriter` to write in the background).
+            :class:`~pytorch_pfn_extras.writing.ThreadWriter` to write in the background),
+            or a callable ``writer(filename, out_dir, target, *, savefun=None,
+            append=False)`` that writes before it returns (to the local file system:
+            ``autoload`` and ``n_retains`` look for its files there).
         snapshot_on_error: Also write a snapshot when an iteration raises.
         n_retains: Keep at most this many snapshots (``-1`` keeps all). Old files are
             deleted only once the new one is complete, so the last good snapshot always
-            remains.
+            remains: by the writer's post-save hook (``Writer.add_post_save_hook``; a
+            ``Writer`` subclass overriding ``__call__`` must write through ``save``, which
+            runs the hooks), or right after the call for a writer without hooks. They are
+            found and deleted through the writer's ``fs``.
         autoload: Load the newest loadable snapshot before training starts.
         saver_rank: With ``torch.distributed``, only this rank writes; every rank loads.
             In the directory modes, the rank that writes the training state and commits
@@ -368,7 +405,10 @@ def snapshot(
         The snapshot extension.
 
     Raises:
-        TypeError: Both ``savefun`` and ``writer``; either in a directory mode.
+        TypeError: Both ``savefun`` and ``writer``; either in a directory mode; a
+            ``writer`` that is not callable. When training starts: ``autoload`` or
+            ``n_retains`` with a writer whose ``fs`` lacks ``listdir``, ``open`` (autoload)
+            or ``remove`` (n_retains).
         ValueError: A bad ``n_retains``, or ``autoload``/``n_retains`` with a callable
             filename; ``async_save`` without ``SHARDED``; ``snapshot_on_error`` in a
             directory mode.

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pytorch_pfn_extras.distributed._collective import mean_over_ranks
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, make_extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 
@@ -119,7 +120,7 @@ def observe_lr(
         message = f"observe_lr needs a torch.optim.Optimizer, got {type(optimizer).__name__}"
         raise TypeError(message)
     n_groups = len(optimizer.param_groups)
-    if isinstance(param_group, bool) or not isinstance(param_group, int):
+    if not is_int(param_group):
         message = f"observe_lr: param_group must be an integer index, got {param_group!r}"
         raise TypeError(message)
     if not -n_groups <= param_group < n_groups:

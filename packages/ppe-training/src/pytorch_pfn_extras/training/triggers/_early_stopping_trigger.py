@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.reporting import DictSummary
 from pytorch_pfn_extras.training._interval_trigger import IntervalTrigger
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, UnitLiteral, get_trigger
@@ -58,7 +59,7 @@ class EarlyStoppingTrigger(Trigger):
         if mode not in _MODES:
             message = f"EarlyStoppingTrigger: mode must be 'auto', 'max' or 'min', got {mode!r}"
             raise ValueError(message)
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        if not is_int(patience) or patience < 1:
             message = f"EarlyStoppingTrigger: patience must be an integer >= 1, got {patience!r}"
             raise ValueError(message)
         if mode == "auto":
