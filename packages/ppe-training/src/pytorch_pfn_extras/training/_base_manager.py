@@ -20,7 +20,7 @@ from pytorch_pfn_extras.training._manager_util import (
     as_dict,
     as_optimizers,
     check_state_objects,
-    warn_unmatched,
+    load_matching,
 )
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
 from pytorch_pfn_extras.training._version import __version__
@@ -628,7 +628,7 @@ class _BaseExtensionsManager:
                 differ from the manager's.
         """
         missing = [key for key in ("models", "optimizers") if key not in to_load]
-        if to_load.get("_start_iteration", to_load.get("iteration")) is None:
+        if _iteration_of(to_load) is None:
             missing.insert(0, "_start_iteration")
         if missing:
             message = (
@@ -659,22 +659,14 @@ class _BaseExtensionsManager:
         Raises:
             ValueError: ``to_load`` has no iteration (``_start_iteration``).
         """
-        if to_load.get("_start_iteration", to_load.get("iteration")) is None:
+        if _iteration_of(to_load) is None:
             message = f"not a training state: it lacks '_start_iteration' (keys: {sorted(to_load)})"
             raise ValueError(message)
         _warn_version(to_load)
         self._load_training_state(to_load)
 
     def _load_training_state(self, to_load: Mapping[str, Any]) -> None:
-        extensions = to_load.get("extensions", {})
-        warn_unmatched(
-            "extensions",
-            set(self._extensions) - set(extensions),
-            set(extensions) - set(self._extensions),
-        )
-        for name, entry in self._extensions.items():
-            if name in extensions:
-                entry.load_state_dict(extensions[name])
+        load_matching("extensions", self._extensions, to_load.get("extensions", {}))
         stop = to_load.get("stop_trigger")
         if stop is not None:
             self._stop_trigger.load_state_dict(stop["state"])
@@ -684,7 +676,7 @@ class _BaseExtensionsManager:
                 # training length (more epochs) goes on instead of stopping where it was.
                 self._stop_iteration = int(stop["evaluated_at"])
                 self._stop_result = bool(stop["result"])
-        self.iteration = int(to_load.get("_start_iteration", to_load.get("iteration", 0)))
+        self.iteration = int(_iteration_of(to_load) or 0)
         self._elapsed_before = float(to_load.get("elapsed_time", 0.0))
         if self._start_time is not None:
             self._start_time = time.perf_counter()
@@ -692,15 +684,13 @@ class _BaseExtensionsManager:
     def load_rank_state_dict(self, to_load: Mapping[str, Any]) -> None:
         """Restore a state returned by :meth:`rank_state_dict` (state objects missing from
         it, or unknown, are reported with a warning naming them)."""
-        objects = to_load.get("state_objects", {})
-        warn_unmatched(
-            "state objects",
-            set(self._state_objects) - set(objects),
-            set(objects) - set(self._state_objects),
-        )
-        for name, obj in self._state_objects.items():
-            if name in objects:
-                obj.load_state_dict(objects[name])
+        load_matching("state objects", self._state_objects, to_load.get("state_objects", {}))
+
+
+def _iteration_of(to_load: Mapping[str, Any]) -> Any:
+    """The iteration a manager state records: ``_start_iteration`` (``iteration`` in old
+    snapshots), or ``None``."""
+    return to_load.get("_start_iteration", to_load.get("iteration"))
 
 
 def _warn_version(to_load: Mapping[str, Any]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -120,17 +120,25 @@ def check_state_objects(state_objects: Mapping[str, Any] | None) -> dict[str, An
     return dict(state_objects)
 
 
-def warn_unmatched(kind: str, added: Iterable[str], removed: Iterable[str]) -> None:
-    added, removed = sorted(added), sorted(removed)
+def load_matching(kind: str, mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> None:
+    """Load ``theirs[name]`` into each ``mine[name]`` (``load_state_dict``) present in both.
+
+    A name on one side only is reported with a warning naming it: state missing from the
+    snapshot starts from its initial value, state of what is no longer registered is ignored.
+    """
+    added, removed = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
     if added:
         message = (
             f"the snapshot has no state for the {kind} {added} (added after the snapshot was "
             "taken?); they start from their initial state"
         )
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warnings.warn(message, UserWarning, stacklevel=4)
     if removed:
         message = (
             f"the snapshot has state for the {kind} {removed}, which are not registered "
             "(removed since the snapshot was taken?); their state is ignored"
         )
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warnings.warn(message, UserWarning, stacklevel=4)
+    for name, obj in mine.items():
+        if name in theirs:
+            obj.load_state_dict(theirs[name])
