@@ -6,12 +6,14 @@ test_sharded_snapshot_dist.py; here the same extension runs without a process gr
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.training import ExtensionsManager
 from pytorch_pfn_extras.training import extensions as ext_module
 from pytorch_pfn_extras.training.convert_snapshot import main as convert
+from pytorch_pfn_extras.training.convert_snapshot import sharded_to_file
 
 SHARDED = ext_module.SnapshotMode.SHARDED
 DISTRIBUTED = ext_module.SnapshotMode.DISTRIBUTED
@@ -231,6 +234,108 @@ def test_async_save_lets_training_go_on_while_the_shards_are_written(
         torch.testing.assert_close(resumed_model.state_dict()[name], value)
 
 
+def _slow_deferred_copy(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> None:
+    # The optimizer state's copy, which async_save makes after the call returns, held back
+    # long enough for the training loop to reach the next optimizer step before it is done.
+    from pytorch_pfn_extras.training.extensions import _dcp_state
+
+    original = _dcp_state._copy_checked
+
+    def copy_checked(*args: Any) -> None:
+        time.sleep(0.2)
+        try:
+            original(*args)
+        finally:
+            events.append("copied")
+
+    monkeypatch.setattr(_dcp_state, "_copy_checked", copy_checked)
+
+
+def _optimizer_state(state: dict[str, Any]) -> dict[int, dict[str, torch.Tensor]]:
+    return {int(k): dict(v) for k, v in state.items()}
+
+
+def test_async_save_holds_the_optimizer_state_of_its_iteration_while_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    _slow_deferred_copy(monkeypatch, events)
+    snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True, autoload=True)
+    manager, model = _build(tmp_path, snapshot=snap)
+    optimizer = manager.optimizers["main"]
+    optimizer.register_step_post_hook(lambda *_: events.append("step"))
+    expected = {}
+    while not manager.stop_trigger:
+        _train(manager, model, 1)
+        if manager.iteration % 2 == 0:  # saved at the end of this iteration
+            expected[manager.iteration] = copy.deepcopy(optimizer.state_dict()["state"])
+    # The first save (2) copies everything before it returns; each later one (4 to 12)
+    # copies the optimizer state in the background, and the next step() waits for it.
+    assert events == ["step"] * 4 + (["copied"] + ["step"] * 2) * 4 + ["copied"]
+    for iteration in (4, 8, 12):
+        state = sharded_to_file(
+            str(tmp_path / f"snapshot_iter_{iteration}"), str(tmp_path / "file.pt")
+        )
+        saved = _optimizer_state(state["optimizers"]["main"]["state"])
+        for index, values in _optimizer_state(expected[iteration]).items():
+            for key, value in values.items():
+                torch.testing.assert_close(saved[index][key], value, rtol=0, atol=0)
+    _, reference_model = _finished_reference(tmp_path / "reference")
+    resumed, resumed_model = _build(tmp_path / "resume")
+    shutil.copytree(tmp_path / "snapshot_iter_8", tmp_path / "resume" / "snapshot_iter_8")
+    _train(resumed, resumed_model)
+    assert resumed.get_extension("_Snapshot").resumed_from.endswith("snapshot_iter_8")
+    for name, value in reference_model.state_dict().items():
+        torch.testing.assert_close(resumed_model.state_dict()[name], value)
+
+
+def test_async_save_refuses_to_commit_an_optimizer_state_changed_during_its_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _slow_deferred_copy(monkeypatch, [])
+    snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True)
+    manager, model = _build(tmp_path, snapshot=snap)
+    optimizer = manager.optimizers["main"]
+    _train(manager, model, 4)  # saved at 2 (allocating the copy) and at 4 (copying later)
+    first = next(iter(optimizer.state.values()))
+    with torch.no_grad():
+        first["exp_avg"].mul_(2)  # outside step(), while the copy of iteration 4 waits
+    with pytest.raises(
+        RuntimeError,
+        match=r"asynchronous snapshot 'snapshot_iter_4' failed: rank 0: RuntimeError: the "
+        r"optimizer state optimizers\.main\.state\.0\.exp_avg changed while the "
+        r"asynchronous snapshot copied it .* not committed",
+    ):
+        _train(manager, model, 2)  # the save at 6 raises the failure of 4
+    names = [n for n in _names(tmp_path) if "snapshot" in n]
+    assert "snapshot_iter_2" in names
+    assert "snapshot_iter_4" not in names
+
+
+def test_async_save_copies_everything_before_returning_without_step_hooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An optimizer that cannot wait for a copy in a step pre-hook gets none deferred.
+    events: list[str] = []
+    _slow_deferred_copy(monkeypatch, events)
+    snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True)
+    manager, model = _build(tmp_path, snapshot=snap)
+    optimizer = manager.optimizers["main"]
+    optimizer.register_step_pre_hook = None  # type: ignore[method-assign,assignment]
+    _train(manager, model, 4)
+    expected = copy.deepcopy(optimizer.state_dict()["state"])
+    with torch.no_grad():
+        next(iter(optimizer.state.values()))["exp_avg"].mul_(2)  # after the save returned
+    _train(manager, model, 2)
+    snap.finalize(manager)
+    assert events == []
+    state = sharded_to_file(str(tmp_path / "snapshot_iter_4"), str(tmp_path / "file.pt"))
+    saved = _optimizer_state(state["optimizers"]["main"]["state"])
+    for index, values in _optimizer_state(expected).items():
+        for key, value in values.items():
+            torch.testing.assert_close(saved[index][key], value, rtol=0, atol=0)
+
+
 def test_failed_write_is_an_error_and_leaves_only_a_temporary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -339,6 +444,52 @@ def test_snapshot_object_in_sharded_mode_saves_the_target(tmp_path: Path) -> Non
                 filename="model_{.iteration}", snapshot_mode=SHARDED, autoload=True
             ),
         )[0].start_extensions()
+
+
+class _Holder:
+    """A state of containers DCP saves as they are: a torch.Size, a list mixing tensors."""
+
+    def __init__(self) -> None:
+        self.values = [torch.zeros(3), 1.5, torch.ones(2, 2)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"shape": torch.Size([2, 3]), "values": self.values}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.values = state["values"]
+
+
+def test_async_snapshot_object_saves_each_state_as_it_was_when_called(tmp_path: Path) -> None:
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    holder = _Holder()
+    target = {"model": model, "holder": holder}
+    manager, _ = _build(tmp_path, snapshot=ext_module.snapshot(snapshot_mode=SHARDED))
+    snap = ext_module.snapshot_object(
+        target, "object_{.iteration}", snapshot_mode=SHARDED, async_save=True
+    )
+    manager.extend(snap, trigger=(2, "iteration"))
+    expected = {}
+    for _ in range(6):
+        _train(manager, manager.models["main"], 1)
+        if manager.iteration % 2 == 0:  # saved: change everything in place at once
+            expected[manager.iteration] = copy.deepcopy(
+                {"model": model.state_dict(), "holder": holder.state_dict()}
+            )
+            with torch.no_grad():
+                for tensor in [*model.state_dict().values(), holder.values[0]]:
+                    tensor.add_(1)
+    snap.finalize(manager)  # the last write
+    for iteration, state in expected.items():
+        dcp_to_torch_save(str(tmp_path / f"object_{iteration}"), str(tmp_path / "object.pt"))
+        saved = torch.load(tmp_path / "object.pt", weights_only=False)["target"]
+        assert saved["holder"]["shape"] == torch.Size([2, 3])
+        assert type(saved["holder"]["shape"]) is torch.Size
+        assert saved["holder"]["values"][1] == 1.5
+        torch.testing.assert_close(saved["holder"]["values"][0], state["holder"]["values"][0])
+        for name, value in state["model"].items():
+            torch.testing.assert_close(saved["model"][name], value, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(

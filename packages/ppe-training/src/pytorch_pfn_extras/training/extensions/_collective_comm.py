@@ -56,6 +56,8 @@ class Comm:
         self.coordinator = coordinator
         self.timeout = _default_timeout() if self.distributed else dist.default_pg_timeout
         self.group: Any = None
+        self._session: str | None = None
+        self._calls = 0
         if self.distributed and self.world_size > 1:
             self.group = dist.new_group(backend="gloo", timeout=self.timeout)
 
@@ -86,8 +88,13 @@ class Comm:
         return gathered
 
     def new_token(self) -> str:
-        """A random name part, the same on every rank."""
-        return self.broadcast(uuid.uuid4().hex[:16])
+        """A name part, the same on every rank and new at each call (every rank calls it
+        equally often): a random part broadcast at the first call, then a count, so that
+        the later calls need no collective."""
+        if self._session is None:
+            self._session = self.broadcast(uuid.uuid4().hex[:12])
+        self._calls += 1
+        return f"{self._session}{self._calls:04x}"
 
     def barrier(self, action: str) -> None:
         """Wait until every rank arrives; a rank missing after the timeout is named.

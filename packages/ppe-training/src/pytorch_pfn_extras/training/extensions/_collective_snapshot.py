@@ -82,6 +82,7 @@ class _CollectiveSnapshot(Extension):
         self._out = ""
         self._pending: _Pending | None = None
         self._stager: Any = None  # the CPU copy of the state of asynchronous saves
+        self._fences: list[Any] = []  # the optimizers' hooks that wait for the copy
         self.resumed_from: str | None = None
 
     @property
@@ -252,8 +253,26 @@ class _CollectiveSnapshot(Extension):
         else:
             state = _dcp_state.target_state(self._target)
         if self._async and self._stager is None:
-            self._stager = _dcp_state.new_stager()
+            self._stager = self._new_stager(manager)
         return _dcp_state.save(state, temporary, group, stager=self._stager)
+
+    def _new_stager(self, manager: ExtensionsManagerProtocol) -> Any:
+        from pytorch_pfn_extras.training.extensions import _dcp_state
+
+        # The optimizers' state is copied after the call returns when every optimizer can
+        # wait for that copy before its next step() (torch.optim.Optimizer's step pre-hooks).
+        optimizers = list(manager.optimizers.values()) if self._target is None else []
+        if not optimizers or not all(
+            callable(getattr(o, "register_step_pre_hook", None)) for o in optimizers
+        ):
+            return _dcp_state.new_stager()
+        stager = _dcp_state.new_stager(_dcp_state.OPTIMIZER_STATE)
+
+        def fence(*_: Any) -> None:
+            stager.wait_copy()
+
+        self._fences = [o.register_step_pre_hook(fence) for o in optimizers]
+        return stager
 
     def _save_per_rank(
         self, manager: ExtensionsManagerProtocol, comm: Comm, temporary: str
@@ -329,6 +348,9 @@ class _CollectiveSnapshot(Extension):
         try:
             self.wait()
         finally:
+            fences, self._fences = self._fences, []
+            for fence in fences:
+                fence.remove()
             stager, self._stager = self._stager, None
             if stager is not None:
                 stager.close()
