@@ -1,4 +1,5 @@
-"""Fixtures of the integration tests: those of ppe-training's tests (free ports, mpirun).
+"""Fixtures of the integration tests: those of ppe-training's tests (free ports, mpirun,
+torchrun).
 
 The component's tests run alone too (only that component installed), so the fixtures live
 in its tree; this tree, which has the whole repository, loads that file instead of copying it.
@@ -23,3 +24,4 @@ def _load() -> object:
 _fixtures = _load()
 free_port = _fixtures.free_port  # type: ignore[attr-defined]
 mpirun = _fixtures.mpirun  # type: ignore[attr-defined]
+torchrun = _fixtures.torchrun  # type: ignore[attr-defined]

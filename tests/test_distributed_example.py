@@ -25,32 +25,19 @@ def _env() -> dict[str, str]:
     return {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def _torchrun(out: pathlib.Path, epochs: int) -> str:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(SCRIPT),
-            "--out",
-            str(out),
-            "--epochs",
-            str(epochs),
-            "--quiet",
-            "--min-accuracy",
-            "0.8",
-        ],
-        capture_output=True,
-        text=True,
+Torchrun = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def _train(torchrun: Torchrun, out: pathlib.Path, epochs: int) -> str:
+    result = torchrun(
+        2,
+        SCRIPT,
+        *("--out", str(out), "--epochs", str(epochs), "--quiet", "--min-accuracy", "0.8"),
+        env={"MPLBACKEND": "Agg"},
         timeout=300,
-        env=_env(),
-        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return str(result.stdout)
 
 
 def _printed_results(stdout: str) -> int:
@@ -71,16 +58,18 @@ def _check_outputs(out: pathlib.Path, epochs: int) -> list[dict[str, float]]:
 
 
 @pytest.mark.slow
-def test_main_job_trains_under_torchrun_and_resumes_on_every_rank(tmp_path: pathlib.Path) -> None:
+def test_main_job_trains_under_torchrun_and_resumes_on_every_rank(
+    tmp_path: pathlib.Path, torchrun: Torchrun
+) -> None:
     out = tmp_path / "result"
-    first = _torchrun(out, epochs=2)
+    first = _train(torchrun, out, epochs=2)
     assert _printed_results(first) == 1  # only rank 0 prints
     log = _check_outputs(out, epochs=2)
     assert sorted(p.name for p in out.glob("snapshot_iter_*")) == [
         "snapshot_iter_45",
         "snapshot_iter_90",
     ]
-    second = _torchrun(out, epochs=3)  # every rank loads rank 0's epoch-2 snapshot
+    second = _train(torchrun, out, epochs=3)  # every rank loads rank 0's epoch-2 snapshot
     assert "after 135 iterations" in second
     resumed = _check_outputs(out, epochs=3)
     assert resumed[:2] == log

@@ -1,10 +1,15 @@
-"""Shared helpers of the ppe-training tests (as fixtures): free TCP ports, OpenMPI's mpirun."""
+"""Shared helpers of the ppe-training tests (as fixtures): free TCP ports, OpenMPI's mpirun,
+``python -m torch.distributed.run``."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +40,40 @@ def mpirun() -> str:
     except ImportError:
         pytest.skip("needs mpi4py in this environment: run scripts/install_mpi.sh")
     return path
+
+
+def _torchrun(
+    nproc: int,
+    script: str | Path,
+    *args: str,
+    launcher: Sequence[str] = ("--standalone",),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 240,
+) -> subprocess.CompletedProcess[str]:
+    """``script`` under ``python -m torch.distributed.run`` with ``nproc`` local processes.
+
+    ``launcher`` holds torchrun's own options besides ``--nproc-per-node``; the processes
+    get one intra-op thread each and warnings off (``env`` adds to or overrides that).
+    The result is returned unchecked, output captured.
+    """
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *launcher,
+        "--nproc-per-node",
+        str(nproc),
+        str(script),
+        *args,
+    ]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **(env or {})}
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env=environment, check=False
+    )
+
+
+@pytest.fixture(scope="session")
+def torchrun() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``torchrun(nproc, script, *args, launcher=("--standalone",), env=None, timeout=240)``:
+    the script on ``nproc`` local processes, its completed process returned unchecked."""
+    return _torchrun

@@ -77,26 +77,11 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def test_under_torchrun_a_failing_rank_ends_the_job_with_its_error(tmp_path: Path) -> None:
+def test_under_torchrun_a_failing_rank_ends_the_job_with_its_error(
+    tmp_path: Path, torchrun: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     start = time.monotonic()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            __file__,
-            str(tmp_path),
-            "env://",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        env=_env(),
-        check=False,
-    )
+    result = torchrun(2, __file__, str(tmp_path), "env://", timeout=DEADLINE)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert f"ValueError: {ERROR}" in output

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import math
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -295,33 +294,17 @@ def worker(out_dir: str) -> None:
 # ------------------------------------------------------------------------------ the tests
 
 
-def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    """Run this module under ``torch.distributed.run`` with ``nproc`` local processes."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(nproc),
-        __file__,
-        *args,
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
-
-
 @pytest.fixture(
     scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)], ids=lambda n: f"{n}ranks"
 )
 def ranks(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    torchrun: Callable[..., subprocess.CompletedProcess[str]],
 ) -> list[dict[str, Any]]:
     world_size: int = request.param
     out = tmp_path_factory.mktemp(f"world{world_size}")
-    result = torchrun(world_size, str(out))
+    result = torchrun(world_size, __file__, str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)]
 

@@ -22,37 +22,36 @@ Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
 @pytest.fixture
-def run(free_port: Callable[[], int]) -> Run:
+def run(
+    free_port: Callable[[], int], torchrun: Callable[..., subprocess.CompletedProcess[str]]
+) -> Run:
     """``run(out, ranks, *args, expect_failure=False)``: sharded_train.py on ``ranks``
     processes (0: one process without torchrun), checked to succeed (or to fail)."""
 
     def run_script(
         out: Path, ranks: int, *args: str, expect_failure: bool = False
     ) -> subprocess.CompletedProcess[str]:
+        env = {"PYTHONWARNINGS": "default"}  # the tests read the warnings
         if ranks:
-            command = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nproc-per-node",
-                str(ranks),
-                "--master-addr",
-                "127.0.0.1",
-                "--master-port",
-                str(free_port()),
-                "--max-restarts",
-                "0",
-            ]
+            launcher = ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+            process = torchrun(
+                ranks,
+                SCRIPT,
+                str(out),
+                *args,
+                launcher=[*launcher, "--max-restarts", "0"],
+                env=env,
+                timeout=TIMEOUT,
+            )
         else:
-            command = [sys.executable]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default"}
-        process = subprocess.run(
-            [*command, str(SCRIPT), str(out), *args],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            env=env,
-        )
+            process = subprocess.run(
+                [sys.executable, str(SCRIPT), str(out), *args],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT,
+                env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                check=False,
+            )
         if expect_failure:
             assert process.returncode != 0, process.stdout[-3000:]
         else:
