@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -336,9 +337,10 @@ def test_async_save_copies_everything_before_returning_without_step_hooks(
             torch.testing.assert_close(saved[index][key], value, rtol=0, atol=0)
 
 
-def test_failed_write_is_an_error_and_leaves_only_a_temporary(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Every shard write of torch.distributed.checkpoint fails with ``OSError("disk full
+    (injected)")`` until the function returned is called."""
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
     original = FileSystemWriter.write_data
@@ -348,6 +350,12 @@ def test_failed_write_is_an_error_and_leaves_only_a_temporary(
         raise OSError(message)
 
     monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
+    return lambda: monkeypatch.setattr(FileSystemWriter, "write_data", original)
+
+
+def test_failed_write_is_an_error_and_leaves_only_a_temporary(
+    tmp_path: Path, full_disk: Callable[[], None]
+) -> None:
     manager, model = _build(tmp_path)
     with pytest.raises(
         RuntimeError,
@@ -356,7 +364,7 @@ def test_failed_write_is_an_error_and_leaves_only_a_temporary(
     ):
         _train(manager, model)
     assert next(n for n in _names(tmp_path) if "snapshot" in n).startswith(".snapshot_iter_2.tmp-")
-    monkeypatch.setattr(FileSystemWriter, "write_data", original)
+    full_disk()  # space again
     resumed, _resumed_model = _build(tmp_path)
     resumed.start_extensions()  # nothing to resume from; the temporary goes
     assert resumed.iteration == 0
@@ -364,15 +372,8 @@ def test_failed_write_is_an_error_and_leaves_only_a_temporary(
 
 
 def test_async_save_failure_surfaces_at_the_next_save(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, full_disk: Callable[[], None]
 ) -> None:
-    from torch.distributed.checkpoint.filesystem import FileSystemWriter
-
-    def write_data(self: Any, plan: Any, planner: Any) -> Any:
-        message = "disk full (injected)"
-        raise OSError(message)
-
-    monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
     snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True)
     manager, model = _build(tmp_path, snapshot=snap)
     _train(manager, model, 3)
@@ -385,15 +386,8 @@ def test_async_save_failure_surfaces_at_the_next_save(
 
 
 def test_async_save_failure_surfaces_at_finalize(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, full_disk: Callable[[], None]
 ) -> None:
-    from torch.distributed.checkpoint.filesystem import FileSystemWriter
-
-    def write_data(self: Any, plan: Any, planner: Any) -> Any:
-        message = "disk full (injected)"
-        raise OSError(message)
-
-    monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
     snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True)
     manager, model = _build(tmp_path, snapshot=snap, trigger=(12, "iteration"))
     with pytest.raises(RuntimeError, match=r"asynchronous snapshot 'snapshot_iter_12' failed"):

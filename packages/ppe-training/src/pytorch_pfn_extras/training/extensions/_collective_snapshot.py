@@ -265,8 +265,8 @@ class _CollectiveSnapshot(Extension):
         if not optimizers or not all(
             callable(getattr(o, "register_step_pre_hook", None)) for o in optimizers
         ):
-            return _dcp_state.new_stager()
-        stager = _dcp_state.new_stager(_dcp_state.OPTIMIZER_STATE)
+            return _dcp_state.MirrorStager()
+        stager = _dcp_state.MirrorStager(_dcp_state.OPTIMIZER_STATE)
 
         def fence(*_: Any) -> None:
             stager.wait_copy()

@@ -30,7 +30,7 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
-from torch.distributed.checkpoint.staging import AsyncStager, DefaultStager, StagingOptions
+from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
@@ -158,11 +158,6 @@ def target_state(target: Any) -> dict[str, Any]:
     return {TARGET: target.state_dict()}
 
 
-def new_stager(deferred: tuple[str, ...] | None = None) -> MirrorStager:
-    """A stager for asynchronous saves that keeps its CPU copy of the state between saves."""
-    return MirrorStager(deferred)
-
-
 # The optimizers' state (moments, step counts; not their param_groups): only step() changes it.
 OPTIMIZER_STATE = (OPTIMIZERS, "*", "state")
 
@@ -198,6 +193,8 @@ class MirrorStager(AsyncStager):
     _synchronize_after_execute = False
 
     def __init__(self, deferred: tuple[str, ...] | None = None) -> None:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
         options = StagingOptions(
             use_pinned_memory=torch.cuda.is_available(),
             use_shared_memory=False,
@@ -232,31 +229,18 @@ class MirrorStager(AsyncStager):
             self._layout = layout
             self._copy = None
             return staged
-        now: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
-        later: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
-        versions: list[tuple[int, int]] = []
-        positions: list[int] = []
-        for index, (source, target, deferred) in enumerate(
-            zip(sources, self._targets, marks, strict=True)
-        ):
-            local = _local(source)
-            if deferred and local.device.type == "cpu":
-                later[0].append(target)
-                later[1].append(local)
-                versions.append((source._version, local._version))
-                positions.append(index)
-            else:
-                now[0].append(target)
-                now[1].append(local)
-        _copy_all(*now)
+        locals_ = [_local(source) for source in sources]
+        later = [i for i, local in enumerate(locals_) if marks[i] and local.device.type == "cpu"]
+        deferred = set(later)
+        now = [i for i in range(len(sources)) if i not in deferred]
+        _copy_all([self._targets[i] for i in now], [locals_[i] for i in now])
         rebuilt: dict[str, Any] = _rebuild(state_dict, iter(self._mirror))
         self._copy = None
-        if later[0]:
+        if later:
             if self._copier is None:
                 self._copier = ThreadPoolExecutor(1, thread_name_prefix="ppe-snapshot-copy")
-            deferred_sources = [sources[i] for i in positions]
             self._copy = self._copier.submit(
-                _copy_checked, *later, deferred_sources, versions, positions, rebuilt
+                _copy_checked, _Deferred(self._targets, sources, locals_, later), rebuilt
             )
         return rebuilt
 
@@ -276,8 +260,7 @@ class MirrorStager(AsyncStager):
         """Nothing for DCP to wait for (see :meth:`wait_copy`)."""
 
     def close(self) -> None:
-        """Release the mirror and the copying thread."""
-        self.wait_copy()
+        """Release the mirror and the copying thread (once its copy finished)."""
         if self._copier is not None:
             self._copier.shutdown(wait=True)
             self._copier = None
@@ -310,36 +293,45 @@ def _copy_all(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
     if not targets:
         return
     devices = {source.device for source in sources if source.device.type != "cpu"}
-    foreach_copy = getattr(torch, "_foreach_copy_", None)
-    if foreach_copy is None:  # torch < 2.2
-        for target, source in zip(targets, sources, strict=True):
-            target.copy_(source, non_blocking=bool(devices))
-    else:
-        foreach_copy(targets, sources, non_blocking=bool(devices))
+    torch._foreach_copy_(targets, sources, non_blocking=bool(devices))
     for device in devices:  # device-to-host copies into pinned memory: wait for them
         synchronize = getattr(getattr(torch, device.type, None), "synchronize", None)
         if callable(synchronize):
             synchronize(device)
 
 
+class _Deferred:
+    """The tensors :meth:`MirrorStager.stage` left to its thread: their positions in the
+    state, and their version counters (the wrapper's and the local shard's) at the save."""
+
+    def __init__(
+        self,
+        targets: list[torch.Tensor],
+        sources: list[torch.Tensor],
+        locals_: list[torch.Tensor],
+        positions: list[int],
+    ) -> None:
+        self.positions = positions
+        self.targets = [targets[i] for i in positions]
+        self.sources = [sources[i] for i in positions]
+        self.locals = [locals_[i] for i in positions]
+        self.versions = self._versions()
+
+    def _versions(self) -> list[tuple[int, int]]:
+        pairs = zip(self.sources, self.locals, strict=True)
+        return [(source._version, local._version) for source, local in pairs]
+
+    def changed(self) -> list[int]:
+        """The positions of the tensors changed in place since the save."""
+        now = self._versions()
+        return [p for p, a, b in zip(self.positions, self.versions, now, strict=True) if a != b]
+
+
 @torch.no_grad()
-def _copy_checked(
-    targets: list[torch.Tensor],
-    locals_: list[torch.Tensor],
-    sources: list[torch.Tensor],
-    versions: list[tuple[int, int]],
-    positions: list[int],
-    staged: dict[str, Any],
-) -> None:
+def _copy_checked(deferred: _Deferred, staged: dict[str, Any]) -> None:
     # The deferred copy, in the stager's thread: torch ops release the GIL while copying.
-    _copy_all(targets, locals_)
-    changed = [
-        position
-        for position, source, local, (version, local_version) in zip(
-            positions, sources, locals_, versions, strict=True
-        )
-        if source._version != version or local._version != local_version
-    ]
+    _copy_all(deferred.targets, deferred.locals)
+    changed = deferred.changed()
     if changed:
         names = _named(staged)
         listed = [names[i] for i in changed]
@@ -441,7 +433,7 @@ def save(
     """Write ``state`` into ``directory`` with every rank of ``group`` (a collective).
 
     Args:
-        stager: For an asynchronous save, the :func:`new_stager` that copies the state in
+        stager: For an asynchronous save, the :class:`MirrorStager` that copies the state in
             memory before this returns; the write goes on in a background thread.
 
     Returns:
