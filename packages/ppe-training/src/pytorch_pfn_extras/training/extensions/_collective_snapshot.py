@@ -9,6 +9,7 @@ resumes on any number of ranks; ``DISTRIBUTED`` writes each rank's full ``state_
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import types
@@ -354,3 +355,9 @@ class _CollectiveSnapshot(Extension):
             stager, self._stager = self._stager, None
             if stager is not None:
                 stager.close()
+                # With FSDP2, about 1 run in 20 of asynchronous saves aborted at the
+                # interpreter's exit ("terminate called without an active exception"), after
+                # everything was committed; synchronous saves never did. Collecting the cyclic
+                # garbage the saves left while torch.distributed is still up avoids it (0 in
+                # 70 runs, against 7 in 138, DCP's own stager included).
+                gc.collect()
