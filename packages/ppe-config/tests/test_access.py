@@ -160,16 +160,18 @@ def test_an_attribute_wins_over_an_item_of_the_same_name() -> None:
     assert config["/item"] == 1  # a path step reads the key
 
 
-def test_an_attribute_step_naming_neither_attribute_nor_item_is_an_attribute_error() -> None:
+def test_an_attribute_step_naming_neither_attribute_nor_item_raises_what_the_item_access_raised() -> (
+    None
+):
     config = Config({"d": {"a": 1}, "l": [1, 2], "r": "@/d.b", "s": "@/l.2"})
     with pytest.raises(
-        AttributeError,
+        KeyError,
         match=r"^/r: reference '@/d.b': the dict object at /d has no attribute 'b' nor a key "
         r"'b' \(its keys: 'a'\)$",
     ):
         config["/r"]
     with pytest.raises(
-        AttributeError,
+        IndexError,
         match=r"^config path '/l.2': the list object at /l has no attribute '2' nor an item "
         r"'2' \(its valid indices: \[0, 2\)\)$",
     ):

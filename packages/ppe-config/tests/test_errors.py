@@ -113,7 +113,7 @@ TYPES: dict[str, Any] = {"Net": Net, "pair": lambda first, second: (first, secon
         pytest.param(
             {"net": {"type": "Net", "hidden": 2}, "width": "@/net.width"},
             "/width",
-            ConfigAttributeError,
+            ConfigTypeError,  # PPE 0.9: what ``net["width"]`` raises
             "/width: reference '@/net.width': the Net object at /net has no attribute 'width'",
             "/width",
             ("/width",),
@@ -187,7 +187,7 @@ TYPES: dict[str, Any] = {"Net": Net, "pair": lambda first, second: (first, secon
         pytest.param(
             {"a": 1},
             "/a.nope",
-            ConfigAttributeError,
+            ConfigTypeError,
             "config path '/a.nope': the int object at /a has no attribute 'nope'",
             "/a.nope",
             (),
@@ -325,8 +325,9 @@ BUILTIN_CASES = [
     pytest.param(
         {"n": {"type": "Net", "hidden": 1}, "w": "@/n.width"},
         "/w",
-        AttributeError,
-        r"^/w: reference '@/n.width': the Net object at /n has no attribute 'width'$",
+        TypeError,
+        r"^/w: reference '@/n.width': the Net object at /n has no attribute 'width' nor an item "
+        r"'width' \(TypeError: 'Net' object is not subscriptable\)$",
         id="missing-attribute",
     ),
     pytest.param(

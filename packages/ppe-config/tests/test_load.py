@@ -161,8 +161,8 @@ def test_a_missing_file_raises_file_not_found(tmp_path: Path) -> None:
         ),
         (
             {"import": "list.json", "seed": 1},
-            r"list\.json \(imported by .*main\.json at /import\) holds a list, which cannot be "
-            r"merged with other imports or the sibling keys \('seed'\): only a mapping can",
+            r"main\.json: the key 'seed' beside /import overrides a value of .*list\.json, in "
+            r"which / is a list of 2 items, so 'seed' is not a valid index",
         ),
         (
             {"data": {"import": ["list.json", "list.json"]}},

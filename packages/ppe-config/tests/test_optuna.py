@@ -203,10 +203,37 @@ def test_load_path_with_optuna_types_replaces_same_named_types(tmp_path: Path) -
         encoding="utf-8",
     )
     types = {"optuna_suggest_int": lambda **kwargs: "shadowed", "mine": lambda: "mine"}
-    config = load_path_with_optuna_types(path, optuna.trial.FixedTrial({"n": 2}), types=types)
+    with pytest.warns(
+        UserWarning, match=r"^optuna_suggest_int is overwritten by optuna suggest\.$"
+    ):
+        config = load_path_with_optuna_types(path, optuna.trial.FixedTrial({"n": 2}), types=types)
     assert (config["/n"], config["/m"]) == (2, "mine")
     assert list(types) == ["optuna_suggest_int", "mine"]  # the caller's dict is left alone
     assert types["optuna_suggest_int"]() == "shadowed"
+
+
+def test_load_path_with_optuna_types_warns_once_for_each_optuna_type_it_overwrites(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(
+        json.dumps({"n": {"type": "optuna_suggest_int", "name": "n", "low": 1, "high": 3}})
+    )
+    types = {
+        "optuna_suggest_float": lambda **kwargs: "shadowed",
+        "optuna_suggest_int": lambda **kwargs: "shadowed",
+        "optuna_suggest_integer": lambda **kwargs: "not an optuna type",
+        "mine": lambda: "mine",
+    }
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = load_path_with_optuna_types(path, optuna.trial.FixedTrial({"n": 3}), types=types)
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (UserWarning, "optuna_suggest_float is overwritten by optuna suggest."),
+        (UserWarning, "optuna_suggest_int is overwritten by optuna suggest."),
+    ]
+    assert {w.filename for w in caught} == {__file__}  # points at the caller
+    assert config["/n"] == 3
 
 
 def test_load_path_with_optuna_types_does_not_modify_the_given_types(tmp_path: Path) -> None:

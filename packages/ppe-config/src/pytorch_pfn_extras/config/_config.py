@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from pytorch_pfn_extras.config._customize import default_kwargs_of
 from pytorch_pfn_extras.config._errors import (
     CircularReferenceError,
-    ConfigAttributeError,
     ConfigError,
     ConfigKeyError,
     ConfigTypeError,
@@ -96,14 +95,14 @@ class Config:
         types: Names usable as ``type``, mapped to callables (functions, classes, lambdas).
 
     Raises:
-        ConfigKeyError: (on access; a ``KeyError``) a missing key, an unknown type, or a
-            reference to a path that does not exist.
+        ConfigKeyError: (on access; a ``KeyError``) a missing key, an unknown type, a
+            reference to a path that does not exist, an attribute step (``'/a.name'``) on a
+            dict that has neither that attribute nor that key.
         ConfigIndexError: (on access; an ``IndexError`` and a `ConfigKeyError`) a list index
-            out of range.
-        ConfigTypeError: (on access; a ``TypeError``) a path through a scalar, a list index
-            that is not an integer, a ``type`` that does not evaluate to a name.
-        ConfigAttributeError: (on access; an ``AttributeError``) an attribute step that names
-            neither an attribute nor an item.
+            out of range, in a path step or an attribute step.
+        ConfigTypeError: (on access; a ``TypeError``) a path or attribute step through a value
+            without items (a scalar, an object without that attribute), a list index that is
+            not an integer, a ``type`` that does not evaluate to a name.
         CircularReferenceError: (on access; a ``RuntimeError``) references that form a cycle;
             the message shows it, e.g. ``/a -> /b -> /a``.
         ConfigError: (on access) a callable that raised: the error is also an instance of the
@@ -140,7 +139,10 @@ class Config:
         dict below it, merges those files first, in order, then the keys beside ``import`` on
         top: dicts merge key by key, other values replace, and a dict whose ``type`` differs
         from the imported one replaces it whole. An ``import`` alone in its dict puts the
-        file's content there as it is (a list too). Imported paths are relative to the file
+        file's content there as it is (a list too). A key beside ``import`` that is a path
+        (``model/lr: 0.01``) merges its value at that path of the imported content; beside the
+        import of a file that holds a list, every key is such a path, starting with a list index
+        (``{"import": "layers.json", "0/units": 10}``). Imported paths are relative to the file
         holding the key; imports may nest.
 
         Args:
@@ -157,8 +159,11 @@ class Config:
         Raises:
             FileNotFoundError: The file, or a file it imports, does not exist.
             ConfigValueError: A file is not valid JSON (a ``ValueError``).
-            ConfigTypeError: An ``import`` value is not a file name or a list of them, or an
-                imported file that must be merged does not hold a mapping (a ``TypeError``).
+            ConfigTypeError: An ``import`` value is not a file name or a list of them, an
+                imported file that must be merged does not hold a mapping, or a key beside the
+                import of a list is not a path that starts with a list index (a ``TypeError``).
+            ConfigIndexError: A key beside the import of a list names an index out of range
+                (an ``IndexError``).
             CircularReferenceError: Files import each other in a cycle (a ``RuntimeError``;
                 the message shows the files).
             ImportError: A YAML file without PyYAML: ``pip install "ppe-config[yaml]"``.
@@ -317,15 +322,15 @@ class Config:
         self, value: Any, attrs: tuple[str, ...], target: KeyPath, lookup: _Lookup
     ) -> Any:
         for i, attr in enumerate(attrs):
-            found = attribute_or_item(value, attr)
-            if found is MISSING:
+            try:
+                value = attribute_or_item(value, attr)
+            except ChildNotFound as missing:
                 owner = format_path(target) + "".join("." + a for a in attrs[:i])
                 problem = (
                     f": the {type(value).__name__} object at {owner} has no attribute "
-                    f"{attr!r}{_no_item(value, attr)}"
+                    f"{attr!r}{missing.detail}"
                 )
-                raise lookup.error(ConfigAttributeError, problem)
-            value = found
+                raise lookup.error(missing.kind, problem) from None
         return value
 
     # ------------------------------------------------------------------ path lookup
@@ -373,16 +378,6 @@ class Config:
             raise lookup.not_found(detail)
         followed = _Lookup(lookup.stack, canon, node)
         return self._locate(parsed.keys, followed, (*following, canon))
-
-
-def _no_item(value: Any, name: str) -> str:
-    """The second half of a failed attribute step's message: the item was not there either."""
-    if isinstance(value, Mapping):
-        shown = ", ".join(map(repr, list(value)[:20])) or "none"
-        return f" nor a key {name!r} (its keys: {shown})"
-    if isinstance(value, (list, tuple)):
-        return f" nor an item {name!r} (its valid indices: [0, {len(value)}))"
-    return ""
 
 
 def _chain_note(keys: Iterable[KeyPath]) -> str:

@@ -2,8 +2,9 @@
 
 Each error is a `ConfigError` and also an instance of the built-in exception that PPE raises in
 the same situation (``KeyError`` for a missing key, ``IndexError`` for a missing list index,
-``TypeError``/``ValueError`` for values of the wrong type, ``AttributeError`` for a missing
-attribute, ``RuntimeError`` for a cycle), so ``except KeyError:`` written for PPE keeps working.
+``TypeError``/``ValueError`` for values of the wrong type, ``RuntimeError`` for a cycle; an
+attribute step that fails raises what its item access raised), so ``except KeyError:`` written
+for PPE keeps working.
 """
 
 from __future__ import annotations
@@ -61,8 +62,12 @@ class ConfigValueError(ConfigError, ValueError):
 
 
 class ConfigAttributeError(ConfigError, AttributeError):
-    """An attribute step (``'@/path.attr'``) that names neither an attribute nor an item of the
-    value (an ``AttributeError``)."""
+    """An ``AttributeError`` raised by a type's callable.
+
+    An attribute step (``'@/path.attr'``) that names neither an attribute nor an item raises,
+    as in PPE, the error of its item access: `ConfigKeyError`, `ConfigIndexError` or
+    `ConfigTypeError`.
+    """
 
     __module__ = "pytorch_pfn_extras.config"
 

@@ -13,7 +13,14 @@ from pytorch_pfn_extras.config._errors import (
     ConfigTypeError,
     ConfigValueError,
 )
-from pytorch_pfn_extras.config._path import KeyPath, format_path
+from pytorch_pfn_extras.config._path import (
+    MISSING,
+    ChildNotFound,
+    KeyPath,
+    child_key,
+    dict_key,
+    format_path,
+)
 
 _YAML_SUFFIXES = (".yaml", ".yml")
 _YAML_STREAM_LOADERS = ("safe_load", "full_load", "unsafe_load")
@@ -83,18 +90,28 @@ def _expand(node: Any, file: _File, where: KeyPath) -> Any:
 
 
 def _import(imports: Any, siblings: dict[Any, Any], file: _File, where: KeyPath) -> Any:
-    """Merge the files named by an ``import`` value, in order, then ``siblings`` on top."""
+    """Merge the files named by an ``import`` value, in order, then ``siblings`` on top.
+
+    A sibling key that is a path (``"model/lr"``; any key when the file holds a list, ``"0"``,
+    ``"0/units"``) overrides the value at that path of the imported content.
+    """
     at = format_path((*where, "import"))
     names = [imports] if isinstance(imports, str) else imports
     if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
         message = f"{file.path}: {at} must be a file name or a list of file names, got {imports!r}"
         raise ConfigTypeError(message, path=at)
-    if len(names) == 1 and not siblings:  # the file's content as it is, even a list
-        return _load(os.path.join(os.path.dirname(file.path), names[0]), file.loader, file.history)
+    files = [os.path.join(os.path.dirname(file.path), name) for name in names]
+    if len(files) == 1:
+        sub = _load(files[0], file.loader, file.history)
+        if not siblings:  # the file's content as it is, even a list
+            return sub
+        if not isinstance(sub, Mapping):  # a list: the sibling keys are paths into it
+            return _override(sub, siblings, _Override(file, at, files[0]))
+        subs = [sub]
+    else:
+        subs = [_load(path, file.loader, file.history) for path in files]
     merged: Any = {}
-    for name in names:
-        sub_path = os.path.join(os.path.dirname(file.path), name)
-        sub = _load(sub_path, file.loader, file.history)
+    for sub_path, sub in zip(files, subs):
         if not isinstance(sub, Mapping):
             keys = ", ".join(map(repr, siblings)) or "none"
             message = (
@@ -104,7 +121,55 @@ def _import(imports: Any, siblings: dict[Any, Any], file: _File, where: KeyPath)
             )
             raise ConfigTypeError(message, path=at)
         merged = merge(merged, sub)
-    return merge(merged, siblings)
+    keyed = {key: value for key, value in siblings.items() if not _is_path(key)}
+    by_path = {key: value for key, value in siblings.items() if _is_path(key)}
+    return _override(merge(merged, keyed), by_path, _Override(file, at, ", ".join(files)))
+
+
+class _Override(NamedTuple):
+    """Where sibling path keys are applied, for their error messages."""
+
+    file: _File
+    at: str  # the ``import`` key, as a config path
+    imported: str  # the imported file(s) whose content the paths point into
+
+
+def _is_path(key: Any) -> bool:
+    return isinstance(key, str) and "/" in key
+
+
+def _override(node: Any, siblings: Mapping[Any, Any], place: _Override) -> Any:
+    """``node`` with each sibling merged in at the path its key names."""
+    for key, value in siblings.items():
+        components = [part for part in key.split("/") if part] if isinstance(key, str) else [key]
+        try:
+            node = _merge_at(node, components, value, ())
+        except ChildNotFound as missing:
+            message = (
+                f"{place.file.path}: the key {key!r} beside {place.at} overrides a value of "
+                f"{place.imported}, in which {missing.detail}"
+            )
+            raise missing.kind(message, path=place.at) from None
+    return node
+
+
+def _merge_at(node: Any, components: list[Any], value: Any, where: KeyPath) -> Any:
+    """A copy of ``node`` with ``value`` merged onto the value at ``components`` (a key missing
+    from a dict is added; a list index must exist)."""
+    if not components:
+        return merge(node, value)
+    first, rest = components[0], components[1:]
+    if isinstance(node, Mapping):
+        key = dict_key(first, node)
+        if key is MISSING:
+            for name in reversed(rest):
+                value = {name: value}
+            return {**node, first: value}
+        return {**node, key: _merge_at(node[key], rest, value, (*where, key))}
+    index = child_key(node, first, where)  # raises for a bad list index or a scalar
+    items = list(node)
+    items[index] = _merge_at(node[index], rest, value, (*where, index))
+    return items if isinstance(node, list) else tuple(items)
 
 
 def _read(path: str, loader: Callable[[str], Any] | None, importer: str | None) -> Any:

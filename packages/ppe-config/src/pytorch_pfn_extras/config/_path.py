@@ -113,8 +113,8 @@ def list_index(comp: Any, size: int) -> Any:
 
 
 class ChildNotFound(Exception):
-    """Raised by `child_key`: ``kind`` is the error to report, ``detail`` says why (callers add
-    which path or reference was being looked up)."""
+    """Raised by `child_key` and `attribute_or_item`: ``kind`` is the error to report, ``detail``
+    says why (callers add which path or reference was being looked up)."""
 
     def __init__(self, kind: type[ConfigError], detail: str) -> None:
         super().__init__(detail)
@@ -157,10 +157,17 @@ def child_key(node: Any, comp: Any, where: KeyPath) -> Any:
 
 def attribute_or_item(value: Any, name: str) -> Any:
     """``getattr(value, name)``, else the item ``name`` names (a dict key, a list index such as
-    ``'0'`` or ``'-1'``, or ``value[name]``); ``MISSING`` if there is neither.
+    ``'0'`` or ``'-1'``, or ``value[name]``).
 
     This is one attribute step of a path (``'@/dataset.n_data'``, ``'@/loaders.train'`` on a
     dict, ``'@/layers.0'`` on a list). The attribute wins: ``.keys`` of a dict is its method.
+
+    Raises:
+        ChildNotFound: There is neither. As in PPE, its ``kind`` is the error of the item access
+            that failed: `ConfigKeyError` for a dict without that key, `ConfigIndexError` for a
+            list index out of range, `ConfigTypeError` for a list index that is not an integer or
+            a value without items; an object's own ``__getitem__`` error keeps its kind. Its
+            ``detail`` continues "the ... object has no attribute 'name'".
     """
     try:
         return getattr(value, name)
@@ -168,14 +175,32 @@ def attribute_or_item(value: Any, name: str) -> Any:
         pass
     if isinstance(value, Mapping):
         key = dict_key(name, value)
-        return MISSING if key is MISSING else value[key]
+        if key is MISSING:
+            shown = ", ".join(map(repr, list(value)[:20])) or "none"
+            raise ChildNotFound(ConfigKeyError, f" nor a key {name!r} (its keys: {shown})")
+        return value[key]
     if isinstance(value, (list, tuple)):
         index = list_index(name, len(value))
-        return MISSING if index is MISSING else value[index]
+        if index is MISSING:
+            kind = ConfigIndexError if as_int(name) is not None else ConfigTypeError
+            detail = f" nor an item {name!r} (its valid indices: [0, {len(value)}))"
+            raise ChildNotFound(kind, detail)
+        return value[index]
     number = as_int(name)
+    failures: list[Exception] = []
     for key in (name,) if number is None else (number, name):
         try:
             return value[key]
-        except (LookupError, TypeError):  # no such item, or no item access at all
-            continue
-    return MISSING
+        except (LookupError, TypeError) as exc:  # no such item, or no item access at all
+            failures.append(exc)
+    first = failures[0]  # for a number, what indexing by the int raised
+    raise ChildNotFound(_kind_of(first), f" nor an item {name!r} ({type(first).__name__}: {first})")
+
+
+def _kind_of(failure: Exception) -> type[ConfigError]:
+    """The error reported for an item access that raised ``failure``."""
+    if isinstance(failure, IndexError):
+        return ConfigIndexError
+    if isinstance(failure, LookupError):
+        return ConfigKeyError
+    return ConfigTypeError

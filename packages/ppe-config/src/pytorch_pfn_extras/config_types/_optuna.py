@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +82,8 @@ def load_path_with_optuna_types(
     """``Config.load_path`` with the types of ``optuna_types(trial)`` added.
 
     The optuna types take the place of entries of ``types`` with the same names, as in PPE, so
-    one ``types`` dict may serve several trials.
+    one ``types`` dict may serve several trials; each one replaced warns, as in PPE
+    (``UserWarning: optuna_suggest_int is overwritten by optuna suggest.``).
 
     Args:
         path: The config file (JSON, or YAML for ``.yaml``/``.yml``).
@@ -92,6 +94,9 @@ def load_path_with_optuna_types(
     Returns:
         The config; each ``optuna_suggest_*`` node asks ``trial`` when it is first evaluated.
 
+    Warns:
+        UserWarning: For each name of ``types`` that an optuna type replaces.
+
     Example:
         >>> def objective(trial):
         ...     config = load_path_with_optuna_types("search.yaml", trial, types=types)
@@ -99,5 +104,8 @@ def load_path_with_optuna_types(
         >>> optuna.create_study().optimize(objective, n_trials=20)
     """
     merged: dict[str, Callable[..., Any]] = dict(types) if types is not None else {}
-    merged.update(optuna_types(trial))
+    for name, suggest in optuna_types(trial).items():
+        if name in merged:
+            warnings.warn(f"{name} is overwritten by optuna suggest.", UserWarning, stacklevel=2)
+        merged[name] = suggest
     return Config.load_path(path, loader=loader, types=merged)

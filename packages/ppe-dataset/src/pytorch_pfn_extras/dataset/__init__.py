@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pytorch_pfn_extras.dataset import tabular
+# PPE 0.9's public modules of this package are its attributes, as in 0.9 (each re-exports
+# names of the private modules, so importing them costs next to nothing).
+from pytorch_pfn_extras.dataset import (  # noqa: F401
+    shared_dataset,
+    tabular,
+)
 from pytorch_pfn_extras.dataset._shared_dataset import (
     InfiniteCache,
     ItemNotFoundException,

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pytorch_pfn_extras.dataset.tabular import _tabular_dataset
+# PPE 0.9's public modules of this package are its attributes, as in 0.9 (each re-exports
+# names of the private modules, so importing them costs next to nothing).
+from pytorch_pfn_extras.dataset.tabular import (  # noqa: F401
+    _tabular_dataset,
+    delegate_dataset,
+    tabular_dataset,
+)
 from pytorch_pfn_extras.dataset.tabular._concat import Concat
 from pytorch_pfn_extras.dataset.tabular._delegate import DelegateDataset
 from pytorch_pfn_extras.dataset.tabular._join import Join

@@ -351,8 +351,10 @@ class TabularDataset(Dataset[Any], abc.ABC):
 
         Takes data returned by :meth:`fetch` and prepares it for a model. By default each column
         becomes a :class:`numpy.ndarray` (tensors and arrays are kept as they are). Override it
-        with :meth:`with_converter`; a concatenated or joined dataset uses the converter of its
-        first dataset.
+        in a subclass or with :meth:`with_converter`. Every view (``slice``, :meth:`astuple`,
+        :meth:`asdict`, :meth:`transform`, :meth:`transform_batch`) converts as its source
+        does, and a concatenated or joined dataset as its first dataset, so a subclass's
+        ``convert`` holds through any chain of views (``collate_fn=view.convert``).
 
         Args:
             data: A tuple or dict of columns, or a column, as returned by :meth:`fetch`.

@@ -99,7 +99,7 @@ class Transform(TabularDataset):
     The mode follows what the functions return: ``tuple`` for tuples, ``dict`` for dicts, and,
     when each returns a single value, ``None`` for one key and ``tuple`` for several (``keys``
     given as one str always makes a unary table). It is known once each function has run;
-    asking for it earlier transforms one example.
+    asking for it earlier transforms one example. :meth:`convert` is the source's, as in PPE.
     """
 
     def __init__(
@@ -168,6 +168,10 @@ class Transform(TabularDataset):
         if None in kinds:
             return False, None
         return True, None if len(self._keys) == 1 else tuple
+
+    def convert(self, data: Any) -> Any:
+        """The source's :meth:`convert`, as for every view."""
+        return self._dataset.convert(data)
 
     def get_examples(self, indices: Any, key_indices: tuple[int, ...] | None) -> tuple[Any, ...]:
         return self._get_rows(*self._check_request(indices, key_indices))
