@@ -7,6 +7,7 @@ from __future__ import annotations
 
 # --- export, test cases, load, strip (ppe-onnx export part) ---
 import importlib.util
+from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.onnx._strip import is_large_tensor
 from pytorch_pfn_extras.onnx.export_testcase import (
@@ -53,3 +54,21 @@ __all__ += [
     "symbolic_registry",
 ]
 # --- end of the annotations part ---
+
+# PPE 0.9's command-line modules (``python -m pytorch_pfn_extras.onnx.strip_large_tensor``) are
+# attributes too, imported at their first use: imported here, ``python -m`` would warn that the
+# module it runs was imported already.
+_COMMAND_MODULES = frozenset({"strip_large_tensor", "unstrip_tensor"})
+
+if not TYPE_CHECKING:  # type checkers see only the names above, and report a misspelt one
+
+    def __getattr__(name: str) -> Any:
+        """Import a command-line module at its first use as an attribute (PEP 562)."""
+        if name in _COMMAND_MODULES:
+            return importlib.import_module(f"{__name__}.{name}")  # which binds it here
+        message = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(message)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _COMMAND_MODULES)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
 from pytorch_pfn_extras.onnx import _torch_onnx
+from pytorch_pfn_extras.onnx._inputs import detached
 
 _T = TypeVar("_T")
 
@@ -37,9 +38,15 @@ def as_output(name: str, value: torch.Tensor, add_identity: bool = True) -> torc
 
 
 def no_grad(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
-    """Call ``fn(*args, **kwargs)`` with gradients off, in PyTorch and in the exported graph."""
+    """Call ``fn(*args, **kwargs)`` with gradients off, in PyTorch and in the exported graph.
+
+    Every tensor returned is detached, also in tuples, lists and dict values (nested; the
+    containers keep their types), so that none requires gradients, even one that ``fn``
+    returns as it got it.
+    """
     with torch.no_grad():
-        return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+    return cast(_T, detached(result))
 
 
 def grad(
@@ -52,10 +59,13 @@ def grad(
 ) -> tuple[torch.Tensor, ...]:
     """The gradients of ``output`` with respect to ``inputs``, as ``torch.autograd.grad``.
 
+    The output gradients are ones (``grad_outputs=ones_like(output)``), so a non-scalar
+    ``output`` gives the gradients of its sum.
+
     In an export the gradients become an ONNX ``Gradient`` node (domain
-    ``ai.onnx.preview.training``, opset 1) naming ``output`` as its ``y`` and ``inputs`` as its
-    ``xs``, for runtimes that differentiate graphs (onnxruntime's inference build does not run
-    it). ``output`` must then be one tensor.
+    ``ai.onnx.preview.training``, opset 1) naming ``output`` as its ``y`` (a ``ReduceSum`` of
+    it if it is not a scalar) and ``inputs`` as its ``xs``, for runtimes that differentiate
+    graphs (onnxruntime's inference build does not run it). ``output`` must then be one tensor.
     """
     outputs = [output] if isinstance(output, torch.Tensor) else list(output)
     xs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
@@ -64,6 +74,7 @@ def grad(
         return torch.autograd.grad(
             outputs,
             xs,
+            grad_outputs=[torch.ones_like(o) for o in outputs],
             retain_graph=retain_graph,
             create_graph=create_graph,
             allow_unused=allow_unused,
@@ -74,13 +85,21 @@ def grad(
             f"{len(outputs)} in an export: sum them first"
         )
         raise ValueError(message)
+    (y,) = outputs
     with _torch_onnx.untraced():
         grads = torch.autograd.grad(
-            outputs, xs, retain_graph=True, create_graph=create_graph, allow_unused=allow_unused
+            y,
+            xs,
+            grad_outputs=torch.ones_like(y),
+            retain_graph=True,
+            create_graph=create_graph,
+            allow_unused=allow_unused,
         )
     if any(g is None for g in grads):
         unused = [i for i, g in enumerate(grads) if g is None]
         message = f"grad(): inputs {unused} do not reach the output; the ONNX Gradient operator needs a path"
         raise ValueError(message)
     _torch_onnx.install()
-    return _torch_onnx.gradient(outputs[0], xs, grads)
+    # Gradient differentiates a scalar: the sum, whose gradients are those for output
+    # gradients of ones (traced, so that the graph computes it).
+    return _torch_onnx.gradient(y if y.dim() == 0 else y.sum(), xs, grads)

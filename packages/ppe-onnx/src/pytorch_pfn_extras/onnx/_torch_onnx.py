@@ -54,11 +54,25 @@ _QUIET: tuple[tuple[str, type[Warning]], ...] = (
     (r"You are using the legacy TorchScript-based ONNX export", DeprecationWarning),
     (r"The feature will be removed", DeprecationWarning),
     (r"Exporting a model to ONNX with a batch_size other than 1", UserWarning),
+    # training=TrainingMode.TRAINING, which ppe-onnx takes as PPE 0.9 did
+    (r"Setting `training` to something other than default is deprecated", DeprecationWarning),
 )
 
 
 def _training_mode(training: Any) -> Any:
-    return torch.onnx.TrainingMode.EVAL if training is None else training
+    """The torch.onnx.TrainingMode for PPE 0.9's ``training``: None or False is EVAL, True is
+    TRAINING (torch 2.13's exporter takes the enum only)."""
+    if training is None or training is False:
+        return torch.onnx.TrainingMode.EVAL
+    if training is True:
+        return torch.onnx.TrainingMode.TRAINING
+    if isinstance(training, torch.onnx.TrainingMode):
+        return training
+    message = (
+        "training must be a bool or a torch.onnx.TrainingMode (EVAL, TRAINING, PRESERVE), "
+        f"got {type(training).__name__}: {training!r}"
+    )
+    raise TypeError(message)
 
 
 @contextlib.contextmanager
@@ -76,32 +90,63 @@ def export_mode(model: torch.nn.Module, training: Any = None) -> Iterator[None]:
         model.train(was_training)
 
 
+@contextlib.contextmanager
+def _doc_strings(strip: bool | None) -> Iterator[None]:
+    """Make the exporter strip (True) or keep (False) the nodes' doc strings, their source
+    locations; torch 2.13 has no option for it and keeps them only with ``verbose=True``."""
+    if strip is None:
+        yield
+        return
+    graph_type = _C.Graph
+    original = graph_type._export_onnx
+
+    def export_onnx(graph: Any, *args: Any) -> Any:
+        # (params, opset, dynamic_axes, defer_weight_export, export_type, strip_doc_string, ...)
+        return original(graph, *args[:5], strip, *args[6:])
+
+    graph_type._export_onnx = export_onnx
+    try:
+        yield
+    finally:
+        graph_type._export_onnx = original
+
+
 def export_to_bytes(
     model: torch.nn.Module,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     export_kwargs: Mapping[str, Any],
+    *,
+    exporter: Callable[..., Any] | None = None,
+    strip_doc_string: bool | None = None,
 ) -> bytes:
     """Export with the TorchScript-based exporter and return the serialized ModelProto.
 
     ``export_kwargs`` are torch.onnx.export's keyword arguments (``input_names``,
-    ``dynamic_axes``, ``opset_version``, ...); ``verbose`` defaults to False.
+    ``dynamic_axes``, ``opset_version``, ...); ``verbose`` defaults to False and ``training``
+    may be a bool. ``exporter``, called with the arguments torch.onnx.export would get (a
+    binary file object as ``f``), replaces it. ``strip_doc_string`` None leaves the doc
+    strings to the exporter (kept only with ``verbose``).
     """
     options = dict(export_kwargs)
     options.setdefault("verbose", False)
     options.pop("dynamo", None)
+    if "training" in options:
+        options["training"] = _training_mode(options["training"])
+    # the TorchScript exporter writes to file objects too, whatever its type hints say
+    export: Callable[..., Any] = torch.onnx.export if exporter is None else exporter
     buffer = io.BytesIO()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _doc_strings(strip_doc_string):
         for message, category in _QUIET:
             warnings.filterwarnings("ignore", message=message, category=category)
         # torch's own modules (RNNs, attention) trip the tracer's warnings on every export;
         # the warnings that the user's code raises stay.
         tracer_warning = torch.jit.TracerWarning  # type: ignore[attr-defined]
         warnings.filterwarnings("ignore", category=tracer_warning, module=r"torch\.")
-        torch.onnx.export(
+        export(
             model,
             args,
-            buffer,  # type: ignore[arg-type]  # the TorchScript exporter writes to file objects
+            buffer,
             kwargs=dict(kwargs) or None,
             dynamo=False,
             **options,

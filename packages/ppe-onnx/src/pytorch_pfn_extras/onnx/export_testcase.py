@@ -17,7 +17,7 @@ import torch
 
 from pytorch_pfn_extras.onnx._check import check_with_onnxruntime
 from pytorch_pfn_extras.onnx._export import Exported, export, export_model, same_model
-from pytorch_pfn_extras.onnx._inputs import flatten_outputs
+from pytorch_pfn_extras.onnx._inputs import flatten_outputs, returned_output
 from pytorch_pfn_extras.onnx._meta import write_meta
 from pytorch_pfn_extras.onnx._strip import LARGE_TENSOR_DATA_THRESHOLD
 from pytorch_pfn_extras.onnx._trace import PhaseTrace
@@ -123,8 +123,9 @@ def export_testcase(
 
     Args:
         model: The module to export.
-        args: A tensor or a tuple of tensors; a dict as the last item (or ``kwargs={...}``)
-            gives keyword inputs.
+        args: A tensor or a tuple of inputs, each a tensor or a tuple/list of them (one graph
+            input per tensor); a dict as the last item (or ``kwargs={...}``) gives keyword
+            inputs.
         out_dir: The test case directory; a second call adds ``test_data_set_1``, and so on.
         output_grad: Also write the gradients of the parameters (``gradient_j.pb``) for output
             gradients of ones (``True``) or the given tensor(s) (``gradient_input_i.pb``).
@@ -134,7 +135,8 @@ def export_testcase(
         strip_large_tensor_data: Strip the data of tensors with more than
             ``large_tensor_threshold`` elements from ``model.onnx`` (not from the test data).
         large_tensor_threshold: See ``strip_large_tensor_data``.
-        return_output: Return the model's output for ``args``.
+        return_output: Return the model's output for ``args``: a tensor as it is, any other
+            output as the flat list of its tensors.
         user_meta: JSON-serializable metadata stored under ``user_meta`` in ``meta.json``.
         export_torch_script: Also save ``model_script.pt`` (``torch.jit.script``).
         export_torch_trace: Also save ``model_trace.pt`` (``torch.jit.trace``).
@@ -142,7 +144,9 @@ def export_testcase(
         check: Run ``model.onnx`` in onnxruntime on the saved inputs and raise RuntimeError,
             naming the output and the largest difference, where it does not match PyTorch.
         **kwargs: torch.onnx.export's keyword arguments (``input_names``, ``dynamic_axes``,
-            ``opset_version``, ...). Nothing is printed unless ``verbose=True``.
+            ``opset_version``, ...; nothing is printed unless ``verbose=True``), and
+            ``training``, ``enable_onnx_checker``, ``strip_doc_string`` and
+            ``custom_exporter``, as for :func:`export`.
 
     Example:
         >>> export_testcase(torch.nn.Linear(5, 10), torch.zeros(2, 5), "out")  # doctest: +SKIP
@@ -203,4 +207,4 @@ def export_testcase(
             raise ValueError(message)
         output_names = [o.name for o in exported.proto.graph.output]
         check_with_onnxruntime(exported.data, feeds, expected, output_names)
-    return exported.output if return_output else None
+    return returned_output(exported.output) if return_output else None
