@@ -251,30 +251,40 @@ def test_loading_an_initialized_state_dict_initializes_the_module(case: Case) ->
     torch.testing.assert_close(target(case.input(seed=1)), source(case.input(seed=1)))
 
 
-def test_loading_an_uninitialized_state_dict_makes_an_initialized_module_lazy_again(
+def test_loading_an_uninitialized_state_dict_into_an_initialized_module_raises(
     case: Case,
 ) -> None:
     buffer = io.BytesIO()
-    torch.save(case.make_lazy().state_dict(), buffer)
+    torch.save(case.make_lazy().state_dict(), buffer)  # saved before any forward
     buffer.seek(0)
     module = case.make_lazy()
     module(case.input())
-    params = dict(module.named_parameters())
+    before = {key: value.clone() for key, value in module.state_dict().items()}
 
-    module.load_state_dict(torch.load(buffer, weights_only=True))
+    # As in PPE 0.9, the lazy buffers (batch norm's running stats) are checked first.
+    what = "buffers" if module.lazy_buffer_names else "parameters"
+    with pytest.raises(
+        RuntimeError, match=f"^Can't load uninitialized {what} in already initialized modules"
+    ):
+        module.load_state_dict(torch.load(buffer, weights_only=True))
 
-    assert not module.lazy_parmeters_determined
-    assert getattr(module, case.size_attr) is None
-    # In place: an optimizer holding the parameters keeps training them.
-    assert all(module.get_parameter(name) is param for name, param in params.items())
-    for name in module.lazy_parameter_names:
-        if getattr(module, name) is not None:
-            assert isinstance(getattr(module, name), UninitializedParameter)
-    module(case.input())
+    # The trained weights are kept, not turned back into uninitialized ones.
+    assert module.lazy_parmeters_determined
     assert getattr(module, case.size_attr) == case.size
-    eager = case.make_eager()
-    for name, param in eager.named_parameters():
-        assert module.get_parameter(name).shape == param.shape
+    assert not any(isinstance(p, UninitializedParameter) for p in module.parameters())
+    after = module.state_dict()
+    assert after.keys() == before.keys()
+    for key, value in before.items():
+        torch.testing.assert_close(after[key], value, msg=key)
+
+
+def test_loading_an_uninitialized_state_dict_into_a_trained_model_names_the_parameter() -> None:
+    model = torch.nn.Sequential(torch.nn.Flatten(), LazyLinear(None, 2))
+    state = model.state_dict()
+    model(torch.ones(1, 3))
+    with pytest.raises(RuntimeError, match=r"LazyLinear's '1\.weight' has shape \(2, 3\)"):
+        model.load_state_dict(state)
+    assert model[1].weight.shape == (2, 3)
 
 
 def test_a_state_dict_missing_lazy_parameters_for_another_reason_is_refused() -> None:

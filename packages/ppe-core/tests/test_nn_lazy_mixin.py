@@ -202,15 +202,53 @@ def test_determined_state_determines_an_undetermined_module() -> None:
     torch.testing.assert_close(restored(x), trained(x))
 
 
-def test_undetermined_state_undetermines_a_determined_module() -> None:
-    state = _round_trip(LazyAffine().state_dict())
-    module = LazyAffine()
+@pytest.mark.parametrize(
+    ("make", "what"),
+    [
+        (LazyAffine, "buffers"),  # its lazy buffer is checked first, as in PPE 0.9
+        (lambda: PPEStyleLazyLinear(None, 2), "parameters"),
+        (LazyGain, "parameters"),
+    ],
+    ids=["LazyAffine", "PPEStyleLazyLinear", "LazyGain"],
+)
+def test_undetermined_state_into_a_determined_module_raises(make: Any, what: str) -> None:
+    state = _round_trip(make().state_dict())
+    module = make()
     module(torch.ones(1, 5))
-    module.load_state_dict(state)
-    assert not module.lazy_parmeters_determined
-    assert isinstance(module.scale, UninitializedParameter)
-    assert module.seen.shape == (0,)
-    assert module(torch.ones(1, 2)).shape == (1, 2)
+    before = {key: value.clone() for key, value in module.state_dict().items()}
+
+    with pytest.raises(
+        RuntimeError, match=f"^Can't load uninitialized {what} in already initialized modules"
+    ):
+        module.load_state_dict(state)
+
+    assert module.lazy_parmeters_determined
+    after = module.state_dict()
+    assert after.keys() == before.keys()
+    for key, value in before.items():
+        torch.testing.assert_close(after[key], value, msg=key)
+
+
+def test_undetermined_parameters_into_a_determined_module_raise_even_when_not_strict() -> None:
+    class LazyScale(LazyInitializationMixin, torch.nn.Module):
+        lazy_parameter_names = ("scale",)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if isinstance(self.scale, UninitializedParameter):
+                self.scale.materialize(x.shape[-1:])
+                torch.nn.init.ones_(self.scale)
+            return x * self.scale
+
+    state = _round_trip(LazyScale().state_dict())
+    module = LazyScale()
+    module(torch.ones(3))
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Can't load uninitialized parameters in already initialized modules: "
+        r"LazyScale's 'scale' has shape \(3,\)",
+    ):
+        module.load_state_dict(state, strict=False)
+    torch.testing.assert_close(module.scale.detach(), torch.ones(3))
 
 
 def test_user_lazy_modules_copy_convert_and_repeat_while_undetermined() -> None:

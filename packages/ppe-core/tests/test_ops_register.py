@@ -125,7 +125,7 @@ def test_a_backward_with_the_wrong_number_of_gradients_is_reported() -> None:
         op(x, x).sum().backward()
 
 
-def test_compilers_keep_the_operator_as_one_node() -> None:
+def test_compilers_keep_the_operator_as_one_fwd_node_and_one_bwd_node() -> None:
     name = unique("scale_add")
     op = scale_add(name)
 
@@ -145,11 +145,13 @@ def test_compilers_keep_the_operator_as_one_node() -> None:
 
     model = Model()
     expected_grad = 2 * (2 * model.weight.detach() + 1) * 2  # d/dw sum((2w + x)^2), x = 1
-    step = ppe_compile(model, backend=backend)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # one graph: forward and backward
+    step = ppe_compile(model, optimizer, backend=backend)
     step(torch.ones(3))
     torch.testing.assert_close(model.weight.grad, expected_grad)
     targets = {str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"}
-    assert {f"ppe.{name}.default", f"ppe.{name}_bwd.default"} <= targets
+    assert {f"ppe.{name}_fwd.default", f"ppe.{name}_bwd.default"} <= targets
+    assert f"ppe.{name}.default" not in targets  # as in PPE 0.9: it is traced as its _fwd
 
     compiled = torch.compile(lambda a, b: op(a, b, 3.0), backend="aot_eager", fullgraph=True)
     a = torch.randn(3, requires_grad=True)

@@ -1,5 +1,5 @@
-"""ppe.compile: one graph with forward and backward, given to a backend; training steps that
-match the eager loop."""
+"""ppe.compile: with an optimizer, one graph with forward and backward given to a backend,
+training steps that match the eager loop; without, a differentiable compiled forward."""
 
 from __future__ import annotations
 
@@ -68,10 +68,12 @@ def test_each_call_is_the_eager_training_step(name: str) -> None:
     assert len(backend.graphs) == 1  # traced once for this input shape
 
 
-def test_the_backend_gets_one_graph_with_forward_and_backward_operators() -> None:
+def test_with_an_optimizer_the_backend_gets_one_graph_with_forward_and_backward_operators() -> None:
     backend = RecordingBackend()
-    step = ppe_compile(make_model(), backend=backend)
+    model = make_model()
+    step = ppe_compile(model, torch.optim.SGD(model.parameters(), lr=0.1), backend=backend)
     step(torch.randn(8, 4))
+    assert len(backend.graphs) == 1
     targets = backend.targets()
     assert {"aten.addmm.default", "aten.relu.default"} <= targets  # forward
     assert {"aten.threshold_backward.default", "aten.mm.default"} <= targets  # backward
@@ -86,7 +88,7 @@ def test_without_optimizer_gradients_accumulate_as_with_backward() -> None:
     step = ppe_compile(model, backend=RecordingBackend())
     x = torch.randn(8, 4)
     for _ in range(2):
-        step(x)
+        step(x).sum().backward()  # as in PPE 0.9: the compiled forward is differentiable
         reference(x).sum().backward()
     for param, ref in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(param.grad, ref.grad)
@@ -99,7 +101,8 @@ def test_inputs_that_require_grad_get_gradients_and_upstream_graphs_continue() -
     leaf = torch.randn(8, 3, requires_grad=True)
     reference_leaf = leaf.detach().clone().requires_grad_()
     step = ppe_compile(model, backend=RecordingBackend())
-    step(upstream(leaf))  # a non-leaf input: the backward pass goes on through `upstream`
+    # A non-leaf input: the backward pass goes on through `upstream`.
+    step(upstream(leaf)).sum().backward()
     reference(reference_upstream(reference_leaf)).sum().backward()
     torch.testing.assert_close(upstream.weight.grad, reference_upstream.weight.grad)
     torch.testing.assert_close(leaf.grad, reference_leaf.grad)
@@ -164,11 +167,13 @@ def test_keyword_arguments_structured_outputs_and_non_tensor_values() -> None:
     assert set(out) == {"loss", "y", "power"}
     assert out["power"] == 2
     expected = reference(x, t=t, power=2)
-    (expected["loss"] + expected["y"].sum()).backward()  # every output is backpropagated
-    torch.testing.assert_close(out["loss"], expected["loss"].detach())
+    (out["loss"] + out["y"].sum()).backward()  # every output is differentiable
+    (expected["loss"] + expected["y"].sum()).backward()
+    torch.testing.assert_close(out["loss"], expected["loss"])
     torch.testing.assert_close(model.linear.weight.grad, reference.linear.weight.grad)
+    assert len(backend.graphs) == 2  # the forward, and the backward compiled by backward()
     step(x, t=t, power=4)  # another non-tensor argument: traced again
-    assert len(backend.graphs) == 2
+    assert len(backend.graphs) == 3
 
 
 def test_decompositions_rewrite_the_graph() -> None:
@@ -247,13 +252,17 @@ def test_errors_name_what_was_given() -> None:
         ppe_compile(model, backend=3)  # type: ignore[arg-type]
 
 
-def test_a_module_without_trainable_parameters_cannot_generate_a_backward() -> None:
+def test_a_module_without_trainable_parameters_cannot_generate_a_training_step() -> None:
     model = torch.nn.Linear(2, 2).requires_grad_(False)
-    step = ppe_compile(model, backend=RecordingBackend())
+    other = torch.nn.Parameter(torch.zeros(1))
+    step = ppe_compile(model, torch.optim.SGD([other], lr=0.1), backend=RecordingBackend())
     with pytest.raises(ValueError, match="no output of the module requires grad"):
         step(torch.randn(1, 2))
     with torch.no_grad():
         step(torch.randn(1, 2))  # the forward alone is fine
+    # Without an optimizer the forward is compiled as it is: like eager, nothing to differentiate.
+    out = ppe_compile(model, backend=RecordingBackend())(torch.randn(1, 2))
+    assert not out.requires_grad
 
 
 def test_switching_one_submodule_to_eval_traces_again() -> None:

@@ -78,3 +78,13 @@ class GatedSave:
         if not self.release[i].wait(timeout=120):
             raise TimeoutError(f"write {i} was never released")
         torch.save(target, fileobj)
+
+
+#: Set by a test in its own process: a forked writer process inherits it, a spawned one
+#: starts from a fresh interpreter without it.
+started_by = "a fresh interpreter"
+
+
+def save_with_origin(target: Any, fileobj: IO[bytes]) -> None:
+    """``torch.save`` of the target and of :data:`started_by` as the writer process sees it."""
+    torch.save({"target": target, "started_by": started_by}, fileobj)

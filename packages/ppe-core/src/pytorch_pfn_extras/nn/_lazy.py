@@ -106,10 +106,19 @@ class UninitializedParameter(torch.nn.Parameter):
 _UNDETERMINED = "lazy_undetermined"
 
 
-def _unmaterialize(param: torch.nn.Parameter, shape: tuple[int, ...]) -> None:
-    """Turn ``param`` back into an :class:`UninitializedParameter` with a placeholder."""
-    param.data = torch.empty(shape, device=param.device, dtype=param.dtype)
-    param.__class__ = UninitializedParameter
+_UNINITIALIZED_PARAMETERS = "Can't load uninitialized parameters in already initialized modules"
+_UNINITIALIZED_BUFFERS = "Can't load uninitialized buffers in already initialized modules"
+
+
+def _refuse_uninitialized_state(
+    summary: str, module: torch.nn.Module, key: str, shape: torch.Size
+) -> NoReturn:
+    message = (
+        f"{summary}: {type(module).__name__}'s {key!r} has shape {tuple(shape)}, but the "
+        "state being loaded was saved before the module's first forward, when it was not "
+        "initialized; load a state saved after the first forward, or into a new module"
+    )
+    raise RuntimeError(message)
 
 
 class LazyInitializationMixin(torch.nn.Module):
@@ -126,9 +135,11 @@ class LazyInitializationMixin(torch.nn.Module):
 
     State dicts leave out the lazy parameters that are not determined yet (and list
     them in the state dict's ``_metadata``). Loading a state that has them determines
-    them (materialized with the state's shape); loading a state saved before they were
-    determined turns determined ones back into uninitialized parameters. Lazy buffers
-    take the state's shape when either side is empty.
+    them (materialized with the state's shape), and empty lazy buffers take the
+    state's shape. Loading a state saved before they were determined into a module
+    whose lazy tensors are determined raises :class:`RuntimeError` ("Can't load
+    uninitialized parameters in already initialized modules", or the same for
+    buffers), as PPE does, rather than discarding them.
 
     Example:
         >>> class LazyScale(LazyInitializationMixin, torch.nn.Module):
@@ -236,29 +247,60 @@ class LazyInitializationMixin(torch.nn.Module):
         if undetermined and metadata is not None:
             metadata.setdefault(prefix[:-1], {})[_UNDETERMINED] = undetermined
 
-    def _lazy_prepare_load(
+    def _lazy_check_load(
         self, state_dict: Mapping[str, Any], prefix: str, local_metadata: Mapping[str, Any]
     ) -> None:
-        """Give the lazy tensors the shapes of the state about to be loaded."""
-        undetermined = local_metadata.get(_UNDETERMINED, ())
-        for name in self.lazy_parameter_names:
-            param = self._parameters.get(name)
-            if param is None:
-                continue
-            value = state_dict.get(prefix + name)
-            if isinstance(param, UninitializedParameter):
-                if isinstance(value, torch.Tensor) and value.numel() > 0:
-                    param.materialize(value.shape)
-            elif name in undetermined:
-                _unmaterialize(param, (0,))
+        """Refuse a state saved before its lazy tensors were initialized, as PPE does.
+
+        Loading it would turn this module's initialized (maybe trained) lazy tensors
+        back into uninitialized ones. Buffers are checked first, as in PPE.
+        """
         for name in self.lazy_buffer_names:
             buffer = self._buffers.get(name)
             value = state_dict.get(prefix + name)
             if (
                 buffer is not None
+                and buffer.numel() > 0
+                and isinstance(value, torch.Tensor)
+                and value.numel() == 0
+            ):
+                _refuse_uninitialized_state(
+                    _UNINITIALIZED_BUFFERS, self, prefix + name, buffer.shape
+                )
+        undetermined = local_metadata.get(_UNDETERMINED, ())
+        for name in self.lazy_parameter_names:
+            param = self._parameters.get(name)
+            if (
+                param is not None
+                and not isinstance(param, UninitializedParameter)
+                and name in undetermined
+            ):
+                _refuse_uninitialized_state(
+                    _UNINITIALIZED_PARAMETERS, self, prefix + name, param.shape
+                )
+
+    def _lazy_prepare_load(
+        self, state_dict: Mapping[str, Any], prefix: str, local_metadata: Mapping[str, Any]
+    ) -> None:
+        """Give the lazy tensors the shapes of the state about to be loaded."""
+        self._lazy_check_load(state_dict, prefix, local_metadata)
+        for name in self.lazy_parameter_names:
+            param = self._parameters.get(name)
+            value = state_dict.get(prefix + name)
+            if (
+                isinstance(param, UninitializedParameter)
+                and isinstance(value, torch.Tensor)
+                and value.numel() > 0
+            ):
+                param.materialize(value.shape)
+        for name in self.lazy_buffer_names:
+            buffer = self._buffers.get(name)
+            value = state_dict.get(prefix + name)
+            if (
+                buffer is not None
+                and buffer.numel() == 0
                 and isinstance(value, torch.Tensor)
                 and value.shape != buffer.shape
-                and (value.numel() == 0 or buffer.numel() == 0)
             ):
                 self._buffers[name] = torch.empty(
                     value.shape, dtype=buffer.dtype, device=buffer.device

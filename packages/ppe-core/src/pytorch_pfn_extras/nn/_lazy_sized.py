@@ -8,12 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from pytorch_pfn_extras.nn._lazy import (
-    _UNDETERMINED,
-    LazyInitializationMixin,
-    UninitializedParameter,
-    _unmaterialize,
-)
+from pytorch_pfn_extras.nn._lazy import LazyInitializationMixin, UninitializedParameter
 
 
 def _lazy_pre_forward(
@@ -108,18 +103,6 @@ class _LazySizeMixin(LazyInitializationMixin):
             self._lazy_hook.remove()
             self._lazy_hook = None
 
-    def _lazy_forget(self) -> None:
-        shapes = self._lazy_shapes(0)
-        for name in self.lazy_parameter_names:
-            param = self._parameters.get(name)
-            if param is not None:
-                _unmaterialize(param, shapes[name])
-        for name in self.lazy_buffer_names:
-            buffer = self._buffers.get(name)
-            if buffer is not None:
-                buffer.data = torch.empty(shapes[name], dtype=buffer.dtype, device=buffer.device)
-        self._lazy_defer()
-
     def reset_parameters(self) -> None:
         """Initialize parameters as the base module does; a no-op while the size is unknown."""
         if self._lazy_pending:
@@ -159,8 +142,7 @@ class _LazySizeMixin(LazyInitializationMixin):
         self, state_dict: Mapping[str, Any], prefix: str, local_metadata: Mapping[str, Any]
     ) -> None:
         if not self._lazy_pending:
-            if local_metadata.get(_UNDETERMINED):
-                self._lazy_forget()  # saved before its size was known
+            self._lazy_check_load(state_dict, prefix, local_metadata)
             return
         tensors = {
             name: value

@@ -2,14 +2,17 @@
 
 Three operators are defined in the ``ppe`` namespace for each registered name:
 
-- ``ppe::<name>``: the forward, differentiable (its backward calls ``ppe::<name>_bwd``);
-- ``ppe::<name>_fwd``: the same forward, without autograd;
+- ``ppe::<name>``: what users call; it calls ``ppe::<name>_fwd`` (a composite operator, so
+  traced graphs hold ``ppe::<name>_fwd`` in its place);
+- ``ppe::<name>_fwd``: the forward, differentiable (its backward calls ``ppe::<name>_bwd``);
 - ``ppe::<name>_bwd``: the backward, callable on its own.
 
-Each has a kernel for every device (``CompositeExplicitAutograd``) and a fake/meta kernel (the
-``meta`` function of its :class:`OpDesc`), so meta tensors, ``torch.compile``, ``torch.export``
-and ``ppe.compile`` trace through it without running it; in their graphs the operator stays one
-node (``torch.ops.ppe.<name>.default``) that a backend can map to its own kernel.
+``_fwd`` and ``_bwd`` have a kernel for every device (``CompositeExplicitAutograd``) and a
+fake/meta kernel (the ``meta`` function of their :class:`OpDesc`), so meta tensors,
+``torch.compile``, ``torch.export`` and ``ppe.compile`` trace through them without running
+them. As in PPE 0.9, the forward graph of a traced model holds the operator as one node
+``torch.ops.ppe.<name>_fwd.default`` and its backward graph as
+``torch.ops.ppe.<name>_bwd.default``, which a backend can map to its own kernels.
 """
 
 from __future__ import annotations
@@ -119,7 +122,10 @@ def register(name: str, fwd_op: OpDesc, bwd_op: OpDesc) -> Any:
     Defines ``torch.ops.ppe.<name>`` (differentiable), ``torch.ops.ppe.<name>_fwd`` and
     ``torch.ops.ppe.<name>_bwd``. The backward operator is called with the gradients of the
     forward's outputs followed by the forward's arguments, and returns one gradient per
-    tensor argument of the forward, in order (non-tensor arguments get no gradient).
+    tensor argument of the forward, in order (non-tensor arguments get no gradient). In
+    graphs traced from a model that calls the operator (``torch.compile``, ``ppe.compile``,
+    ``torch.export``, ``make_fx``), the forward is the node ``ppe.<name>_fwd`` and the
+    backward the node ``ppe.<name>_bwd``.
 
     Args:
         name: The operator name, a Python identifier; unique within the ``ppe`` namespace for
@@ -160,12 +166,17 @@ def register(name: str, fwd_op: OpDesc, bwd_op: OpDesc) -> Any:
             message = f"operator(s) {taken} are already registered; choose another name"
             raise ValueError(message)
         library = _get_library()
-        for op, desc in zip(names, (fwd_op, fwd_op, bwd_op)):
+        for op, desc in zip(names[1:], (fwd_op, bwd_op)):
             library.define(f"{op}{desc.signature}")  # type: ignore[no-untyped-call]
             library.impl(op, desc.op, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
             torch.library.register_fake(f"{NAMESPACE}::{op}", desc.meta, lib=library)
         setup_context, backward = _make_backward(name, len(schema.returns))
         torch.library.register_autograd(
-            f"{NAMESPACE}::{name}", backward, setup_context=setup_context, lib=library
+            f"{NAMESPACE}::{name}_fwd", backward, setup_context=setup_context, lib=library
+        )
+        # ``ppe::<name>`` decomposes into ``ppe::<name>_fwd`` wherever it is traced.
+        library.define(f"{name}{fwd_op.signature}")  # type: ignore[no-untyped-call]
+        library.impl(  # type: ignore[no-untyped-call]
+            name, getattr(torch.ops.ppe, names[1]), "CompositeImplicitAutograd"
         )
     return getattr(torch.ops.ppe, name)

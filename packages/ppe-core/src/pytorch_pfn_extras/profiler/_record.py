@@ -15,6 +15,7 @@ import torch
 from pytorch_pfn_extras.profiler._chrome_tracer import _ChromeEvent
 from pytorch_pfn_extras.profiler._time_summary import _ReportNotification, get_time_summary
 from pytorch_pfn_extras.profiler._trace_state import _current_tracer, _trace_enabled
+from pytorch_pfn_extras.profiler._tracer import Tracer
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -48,7 +49,13 @@ class _Record:
     )
 
     def __init__(
-        self, tag: str, metric: str, use_cuda: bool, enable: bool, device: Any, trace: bool
+        self,
+        tag: str,
+        metric: str,
+        use_cuda: bool,
+        enable: bool,
+        device: Any,
+        trace: Tracer | bool,
     ) -> None:
         self._tag = tag
         self._metric = metric
@@ -74,8 +81,10 @@ class _Record:
                 get_time_summary(), self._metric, self._use_cuda, device
             )
             report.__enter__()
-        if self._trace:
-            event = self._event = _current_tracer().add_event(self._tag)
+        trace = self._trace
+        if trace is not False:
+            tracer = trace if isinstance(trace, Tracer) else _current_tracer()
+            event = self._event = tracer.add_event(self._tag)
             event.__enter__()
         return self._report
 
@@ -106,16 +115,18 @@ def record(
     use_cuda: bool = False,
     enable: bool = True,
     device: str | torch.device = "cpu",
-    trace: bool = False,
+    trace: bool | Tracer = False,
 ) -> contextlib.AbstractContextManager[_ReportNotification | None]:
     """Context manager that records a code section everywhere it is useful.
 
     With ``enable=True`` the section is annotated for ``torch.profiler`` (``record_function``)
     and its time is reported to this thread's TimeSummary (:func:`get_time_summary`) under
     ``metric``. With ``trace=True`` it is also added as an event to the global tracer
-    (:func:`get_tracer`), unless tracing is switched off globally
-    (:func:`enable_global_trace`) or in this thread (:func:`enable_thread_trace`). With
-    everything off it costs about as much as ``contextlib.nullcontext()``.
+    (:func:`get_tracer`), and with ``trace=<a Tracer>`` to that tracer, unless tracing is
+    switched off globally (:func:`enable_global_trace`) or in this thread
+    (:func:`enable_thread_trace`); a tracer that is disabled (``tracer.enable(False)``)
+    records nothing either. With everything off it costs about as much as
+    ``contextlib.nullcontext()``.
 
     Args:
         tag: Name of the section; ``None`` names it ``"<module>:<line>:<function>"`` of the
@@ -125,7 +136,8 @@ def record(
         enable: Annotate for torch.profiler and report to the TimeSummary.
         device: Device whose current CUDA stream is timed when ``use_cuda`` is True
             (``"cpu"``: the current CUDA device).
-        trace: Add the section to the global tracer's timeline.
+        trace: Add the section to the global tracer's timeline (``True``) or to the
+            given :class:`Tracer`'s.
 
     Returns:
         A context manager whose value is the TimeSummary report (with ``defer()`` and
@@ -134,9 +146,16 @@ def record(
     Example:
         >>> with record("forward", trace=True):
         ...     y = model(x)
+        >>> tracer = ChromeTracer()
+        >>> with record("backward", trace=tracer):  # into this tracer, not the global one
+        ...     loss.backward()
     """
-    traced = trace and _trace_enabled()
-    if not enable and not traced:
+    traced: Tracer | bool
+    if isinstance(trace, Tracer):  # by type: a tracer that defines ``__len__`` may be falsy
+        traced = trace if _trace_enabled() else False
+    else:
+        traced = bool(trace) and _trace_enabled()
+    if not enable and traced is False:
         return _DISABLED
     if tag is None:
         tag = _frame_tag(sys._getframe(1))
@@ -148,7 +167,7 @@ def record_function(
     use_cuda: bool = False,
     enable: bool = True,
     device: str | torch.device = "cpu",
-    trace: bool = False,
+    trace: bool | Tracer = False,
 ) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """Decorator that wraps every call of the function in :func:`record`.
 
@@ -185,7 +204,7 @@ def record_iterable(
     use_cuda: bool = False,
     enable: bool = True,
     device: str | torch.device = "cpu",
-    trace: bool = False,
+    trace: bool | Tracer = False,
 ) -> Iterator[_T]:
     """Iterate over ``iter``, recording each ``next()`` as ``"<tag>-<i>"``.
 
@@ -220,7 +239,7 @@ def _record_iterable(
     use_cuda: bool,
     enable: bool,
     device: str | torch.device,
-    trace: bool,
+    trace: bool | Tracer,
 ) -> Iterator[_T]:
     i = 0
     while True:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import threading
+from collections.abc import Callable
 from multiprocessing.context import BaseContext
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 import torch
@@ -58,11 +58,11 @@ def resolve_context(mp_context: MPContext, owner: str) -> BaseContext:
     raise TypeError(message)
 
 
-def start_process(process: BaseProcess, context: BaseContext, owner: str, what: str) -> None:
-    """Start ``process``, turning a pickling failure (spawn) into a clear TypeError."""
+def start_process(start: Callable[[], None], context: BaseContext, owner: str, what: str) -> None:
+    """Start a process with ``start()``, turning a pickling failure (spawn) into a clear TypeError."""
     try:
         with fork_guard:
-            process.start()
+            start()
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
         message = (
             f"{owner}: the {what} must be picklable to be sent to a writer process "
@@ -91,13 +91,20 @@ def write_packed(
     append: bool,
     savefun_kwargs: dict[str, Any],
 ) -> None:
-    """Entry point of a ``ProcessWriter`` worker: write, then report to ``conn``."""
+    """Entry point of a ``ProcessWriter`` worker: write, then report to ``conn``.
+
+    A failed write is sent to ``conn`` and the process exits with code 1, as a process
+    whose target raised does (without printing the traceback: the parent reports it).
+    """
     single_threaded_worker()
+    failure = None
     try:
         write_atomic(fs, path, unpack(packed), savefun, append, savefun_kwargs)
     except BaseException as exc:
-        conn.send(encode_exception(exc))
-    else:
-        conn.send(None)
+        failure = encode_exception(exc)
+    try:
+        conn.send(failure)
     finally:
         conn.close()
+    if failure is not None:
+        raise SystemExit(1)

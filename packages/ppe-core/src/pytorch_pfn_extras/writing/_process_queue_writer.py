@@ -196,7 +196,7 @@ class ProcessQueueWriter(QueueWriter):
                 _consumer_side.channel = _Channel(self._task, reply)  # inherited under fork
                 try:
                     start_process(
-                        consumer, self._context, type(self).__name__, "task, savefun and fs"
+                        consumer.start, self._context, type(self).__name__, "task, savefun and fs"
                     )
                 finally:
                     _consumer_side.channel = None

@@ -118,7 +118,9 @@ class QueueWriter(Writer):
     queue, stops the consumer and raises the first failed write, if any (a
     failure is also raised by the next call). Pending writes are drained at
     interpreter exit if :meth:`finalize` was not called. Subclasses implement
-    :meth:`create_queue` and :meth:`create_consumer`.
+    :meth:`create_queue` and :meth:`create_consumer`; ``QueueWriter`` itself
+    can be constructed, and they raise :class:`NotImplementedError` when its
+    first write needs them.
 
     Args:
         savefun: ``savefun(target, fileobj, **kwds)`` of the default task;
@@ -145,16 +147,6 @@ class QueueWriter(Writer):
     ) -> None:
         super().__init__(fs=fs, out_dir=out_dir)
         owner = type(self).__name__
-        cls = type(self)
-        if cls.__call__ is QueueWriter.__call__ and (
-            cls.create_queue is QueueWriter.create_queue
-            or cls.create_consumer is QueueWriter.create_consumer
-        ):
-            message = (
-                f"{owner} must implement create_queue() and create_consumer(q); "
-                "or use ThreadQueueWriter or ProcessQueueWriter"
-            )
-            raise TypeError(message)
         self._savefun = resolve_savefun(savefun, owner)
         self._kwds = kwds
         self._max_pending = _check_max_pending(max_pending, owner)
@@ -192,8 +184,16 @@ class QueueWriter(Writer):
         """Return the queue that carries writes to the consumer (``put``/``get``).
 
         Called by the first write (and the first after :meth:`finalize`).
+
+        Raises:
+            NotImplementedError: In ``QueueWriter`` itself.
         """
-        message = f"{type(self).__name__} does not implement create_queue"
+        message = (
+            f"{type(self).__name__} does not implement create_queue(), which must return the "
+            "queue of writes (with put() and get()); subclass QueueWriter and implement "
+            "create_queue() and create_consumer(q), or use ThreadQueueWriter or "
+            "ProcessQueueWriter"
+        )
         raise NotImplementedError(message)
 
     def create_consumer(self, q: Any) -> Any:
@@ -204,8 +204,15 @@ class QueueWriter(Writer):
 
         Args:
             q: The queue returned by :meth:`create_queue`.
+
+        Raises:
+            NotImplementedError: In ``QueueWriter`` itself.
         """
-        message = f"{type(self).__name__} does not implement create_consumer"
+        message = (
+            f"{type(self).__name__} does not implement create_consumer(q), which must return "
+            "the consumer (with start() and join()) running self.consume(q); subclass "
+            "QueueWriter and implement it, or use ThreadQueueWriter or ProcessQueueWriter"
+        )
         raise NotImplementedError(message)
 
     def consume(self, q: Any) -> None:

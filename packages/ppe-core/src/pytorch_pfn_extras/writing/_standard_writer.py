@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import threading
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -17,7 +18,7 @@ from pytorch_pfn_extras.writing._mp import (
     start_process,
     write_packed,
 )
-from pytorch_pfn_extras.writing._snapshot import pack, snapshot
+from pytorch_pfn_extras.writing._snapshot import PackedTarget, pack, snapshot
 from pytorch_pfn_extras.writing._writer_base import (
     SaveFun,
     Writer,
@@ -49,13 +50,18 @@ class StandardWriter(Writer):
     anything with ``start()`` and ``join()``) and starts it; it returns without
     waiting for the new write. At most one write is in flight, so at most one
     copy of the target is held. :meth:`finalize` joins the last worker. A
-    failed write is raised by the next call or by :meth:`finalize`, with its
-    original type and message (a user's ``multiprocessing.Process`` worker that
-    exits with a non-zero code is reported as a ``RuntimeError``).
+    worker that exits with a non-zero code (``exitcode``; ``-1`` for a thread
+    whose write raised) is reported, as in PPE 0.9, by the next call or by
+    :meth:`finalize` as ``RuntimeError("exit code is non-zero: N (...)")``,
+    whose message names the file and the error and whose ``__cause__`` is the
+    error the write raised (for a process, with the worker's traceback as its
+    own ``__cause__``).
 
     Subclass it and implement :meth:`create_worker` to run writes in your own
     kind of worker; :class:`ThreadWriter` and :class:`ProcessWriter` are built
-    that way.
+    that way. ``StandardWriter`` itself can be constructed; its
+    :meth:`create_worker` raises :class:`NotImplementedError` when a write is
+    requested.
 
     Args:
         savefun: ``savefun(target, fileobj, **kwds)``; ``torch.save`` by default
@@ -85,19 +91,7 @@ class StandardWriter(Writer):
         **kwds: Any,
     ) -> None:
         super().__init__(fs=fs, out_dir=out_dir)
-        owner = type(self).__name__
-        if (
-            type(self).create_worker is StandardWriter.create_worker
-            and type(self).__call__ is StandardWriter.__call__
-        ):
-            message = (
-                f"{owner} must implement create_worker(filename, out_dir, target, *, "
-                "savefun=None, append=False, **savefun_kwargs) returning a worker with "
-                "start() and join() (a threading.Thread, for instance); or use "
-                "ThreadWriter or ProcessWriter"
-            )
-            raise TypeError(message)
-        self._savefun = resolve_savefun(savefun, owner)
+        self._savefun = resolve_savefun(savefun, type(self).__name__)
         self._kwds = kwds
         self._worker: Worker | None = None
         self._worker_path = ""
@@ -163,8 +157,16 @@ class StandardWriter(Writer):
 
         Returns:
             An object with ``start()`` and ``join()``.
+
+        Raises:
+            NotImplementedError: In ``StandardWriter`` itself.
         """
-        message = f"{type(self).__name__} does not implement create_worker"
+        message = (
+            f"{type(self).__name__} does not implement create_worker(filename, out_dir, "
+            "target, *, savefun=None, append=False, **savefun_kwargs), which must return a "
+            "worker with start() and join() (a threading.Thread, for instance); subclass "
+            "StandardWriter and implement it, or use ThreadWriter or ProcessWriter"
+        )
         raise NotImplementedError(message)
 
     def finalize(self) -> None:
@@ -181,9 +183,6 @@ class StandardWriter(Writer):
         if failure is not None:
             # A killed worker may have left its temporary: look again next time.
             self._scanned_dirs.discard(os.path.dirname(self._worker_path))
-            add_note(
-                failure, f"raised by {type(self).__name__} while writing {self._worker_path!r}"
-            )
             self._failures.add(failure)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -191,19 +190,35 @@ class StandardWriter(Writer):
         raise TypeError(message)
 
 
+def _nonzero_exit(code: int, detail: str, cause: BaseException | None = None) -> RuntimeError:
+    """PPE 0.9's error for a worker that exited with ``code``; ``cause`` is what it raised."""
+    error = RuntimeError(f"exit code is non-zero: {code} ({detail})")
+    if cause is not None:
+        error.__cause__ = cause
+    return error
+
+
+def _failed_write(code: int, owner: str, path: str, cause: BaseException) -> RuntimeError:
+    detail = f"{owner} failed to write {path!r}: {type(cause).__name__}: {cause}"
+    return _nonzero_exit(code, detail, cause)
+
+
 def _failure_of(worker: Worker, path: str) -> BaseException | None:
     """The failure of a joined worker: ours record it; a user's process has an exit code."""
-    if isinstance(worker, _ThreadWorker | _ProcessWorker):
+    if isinstance(worker, _ThreadWorker | _WriterProcess):
         return worker.failure
     code = getattr(worker, "exitcode", None)  # a multiprocessing.Process from a subclass
     if isinstance(code, int) and code != 0:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        return RuntimeError(f"the worker process writing {path!r} {how}")
+        return _nonzero_exit(code, f"the worker process writing {path!r} {how}")
     return None
 
 
 class _ThreadWorker(threading.Thread):
-    """A thread running ``writer.save(...)`` that keeps the exception it raised."""
+    """A thread running ``writer.save(...)``; ``exitcode`` is ``-1`` if it raised.
+
+    ``failure`` is then the error reported for it, caused by what ``save`` raised.
+    """
 
     def __init__(
         self,
@@ -213,8 +228,11 @@ class _ThreadWorker(threading.Thread):
     ) -> None:
         super().__init__(name=f"ppe-{type(writer).__name__}({os.path.basename(args[0])})")
         self._writer = writer
+        self._path = writer._destination(args[0], args[1])
         self._save_args = args
         self._savefun_kwargs = savefun_kwargs
+        #: ``None`` while running, then ``0``, or ``-1`` if the write raised (as in PPE 0.9).
+        self.exitcode: int | None = None
         self.failure: BaseException | None = None
 
     def run(self) -> None:
@@ -222,7 +240,10 @@ class _ThreadWorker(threading.Thread):
             with fork_guard:
                 self._writer.save(*self._save_args, **self._savefun_kwargs)
         except BaseException as exc:
-            self.failure = exc
+            self.exitcode = -1
+            self.failure = _failed_write(-1, type(self._writer).__name__, self._path, exc)
+        else:
+            self.exitcode = 0
         finally:
             del self._save_args  # the copy is not needed any more
 
@@ -257,55 +278,107 @@ class ThreadWriter(StandardWriter):
         return _ThreadWorker(self, (filename, out_dir, copy, fun, append), savefun_kwargs)
 
 
-class _ProcessWorker:
-    """A writer process and the pipe on which it reports; its failure once joined."""
+class _WriterProcess(multiprocessing.Process):
+    """The ``multiprocessing.Process`` of one ``ProcessWriter`` write.
+
+    It starts in the writer's multiprocessing context. ``join()`` also
+    collects the outcome the process reports on its pipe: then ``failure`` is
+    the error to report (a non-zero exit, or a failed post-save hook), if any.
+    """
 
     def __init__(
-        self, writer: ProcessWriter, path: str, process: Any, conn: Any, recv_conn: Any
+        self,
+        writer: ProcessWriter,
+        path: str,
+        packed: PackedTarget,
+        savefun: SaveFun,
+        append: bool,
+        savefun_kwargs: dict[str, Any],
     ) -> None:
-        self._writer = writer
-        self.path = path
-        self.process = process
-        self._send_conn = conn
-        self._recv_conn = recv_conn
+        recv_conn, send_conn = writer._context.Pipe(duplex=False)
+        super().__init__(
+            target=write_packed,
+            args=(send_conn, writer.fs, path, packed, savefun, append, savefun_kwargs),
+            name=f"ppe-{type(writer).__name__}({os.path.basename(path)})",
+        )
+        # Parent-side state, not sent to a spawned process (see ``__getstate__``).
+        self._parent: _ParentSide | None = _ParentSide(writer, path, send_conn, recv_conn)
         self.failure: BaseException | None = None
 
+    def _Popen(self, process_obj: Any) -> Any:  # type: ignore[override]
+        # ``multiprocessing.Process`` starts in the default context: use the writer's.
+        assert self._parent is not None
+        process_class: Any = self._parent.writer._context.Process  # type: ignore[attr-defined]
+        return process_class._Popen(process_obj)
+
     def start(self) -> None:
-        writer = self._writer
-        writer._scan(os.path.dirname(self.path))
+        """Start the write (once); a pickling failure under spawn is a clear ``TypeError``."""
+        parent = self._parent
+        if parent is None:
+            super().start()  # raises: a process object is started once
+            return
+        writer = parent.writer
+        writer._scan(os.path.dirname(parent.path))
         try:
             start_process(
-                self.process, writer._context, type(writer).__name__, "savefun, fs and target"
+                super().start, writer._context, type(writer).__name__, "savefun, fs and target"
             )
         except BaseException:
-            self._recv_conn.close()
+            parent.recv_conn.close()
+            self._parent = None
             raise
         finally:
-            self._send_conn.close()
+            parent.send_conn.close()
 
-    def join(self) -> None:
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the process, then collect its outcome into ``failure``."""
+        parent = self._parent
+        if parent is None or (timeout is not None and not parent.recv_conn.poll(timeout)):
+            super().join(timeout)
+            return
+        self._parent = None
         try:
-            result = self._recv_conn.recv()
+            result = parent.recv_conn.recv()
             received = True
         except EOFError:
             result, received = None, False
         finally:
-            self._recv_conn.close()
-        self.process.join()
+            parent.recv_conn.close()
+        super().join()
+        self.failure = self._outcome(parent, result, received)
+
+    def _outcome(self, parent: _ParentSide, result: Any, received: bool) -> BaseException | None:
+        code = self.exitcode if self.exitcode is not None else 0
+        owner = type(parent.writer).__name__
         if result is not None:
-            self.failure = decode_exception(result)
-        elif not received:
-            code = self.process.exitcode
+            return _failed_write(code or 1, owner, parent.path, decode_exception(result))
+        if not received or code != 0:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            self.failure = RuntimeError(
-                f"the {type(self._writer).__name__} worker writing {self.path!r} {how} before "
-                "finishing (its stderr may tell why); the destination was left untouched"
+            return _nonzero_exit(
+                code,
+                f"the {owner} worker writing {parent.path!r} {how} before finishing (its "
+                "stderr may tell why); the destination was left untouched",
             )
-        else:
-            try:
-                self._writer._run_post_save_hooks(self.path)
-            except BaseException as exc:
-                self.failure = exc
+        try:
+            parent.writer._run_post_save_hooks(parent.path)
+        except BaseException as exc:
+            add_note(exc, f"raised by a post-save hook of {owner} after writing {parent.path!r}")
+            return exc
+        return None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_parent"] = None  # the writer and the parent's ends of the pipe stay here
+        return state
+
+
+class _ParentSide(NamedTuple):
+    """What the parent of a :class:`_WriterProcess` needs: its writer and pipe ends."""
+
+    writer: ProcessWriter
+    path: str
+    send_conn: Any
+    recv_conn: Any
 
 
 class ProcessWriter(StandardWriter):
@@ -354,20 +427,15 @@ class ProcessWriter(StandardWriter):
         savefun: SaveFun | None = None,
         append: bool = False,
         **savefun_kwargs: Any,
-    ) -> Worker:
-        """Copy ``target`` to a shared buffer; return a worker whose process saves it.
+    ) -> multiprocessing.Process:
+        """Copy ``target`` to a shared buffer; return a process, not started, that saves it.
 
-        The worker has ``start()``, ``join()`` and ``process`` (the
-        ``multiprocessing`` process, created but not started).
+        The process is a ``multiprocessing.Process`` that starts in the
+        writer's ``mp_context``. Its ``exitcode`` is ``1`` if the write
+        raised; the writer reports that at the next call or :meth:`finalize`.
         """
         fun = self._savefun if savefun is None else check_savefun(savefun, type(self).__name__)
         path = self._destination(filename, out_dir)
         # Pickled to a spawned worker: shared memory already; inherited by a forked one.
         packed = pack(target, shared=self._context.get_start_method() != "fork")
-        recv_conn, send_conn = self._context.Pipe(duplex=False)
-        process = self._context.Process(  # type: ignore[attr-defined]
-            target=write_packed,
-            args=(send_conn, self.fs, path, packed, fun, append, savefun_kwargs),
-            name=f"ppe-{type(self).__name__}({os.path.basename(path)})",
-        )
-        return _ProcessWorker(self, path, process, send_conn, recv_conn)
+        return _WriterProcess(self, path, packed, fun, append, savefun_kwargs)
