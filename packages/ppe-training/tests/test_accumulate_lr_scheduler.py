@@ -316,7 +316,7 @@ def test_reduce_lr_on_plateau_steps_with_a_custom_key(tmp_path: Path) -> None:
 
 
 def test_reduce_lr_on_plateau_without_the_value_names_the_key(tmp_path: Path) -> None:
-    with pytest.raises(KeyError, match=r"'val/loss'.*step_by_value"):
+    with pytest.raises(ValueError, match=r"'val/loss'.*step_by_value"):
         _plateau_run(tmp_path, None, "other")
 
 

@@ -57,14 +57,14 @@ def test_validation_sampler_order_depends_on_seed_and_epoch_only() -> None:
     assert share(3) == share(3)
     assert share(3) != share(4)
     assert share(3, epoch=1) != share(3)
-    assert list(DistributedValidationSampler(range(6), 2, 1, shuffle=False)) == [1, 3, 5]
+    assert list(DistributedValidationSampler(range(6), 2, 1, shuffle=False)) == [3, 4, 5]
 
 
 def test_validation_sampler_feeds_a_data_loader() -> None:
     data = torch.arange(10.0)
     sampler = DistributedValidationSampler(data, 3, 2, shuffle=False)
     batches = list(torch.utils.data.DataLoader(data, batch_size=2, sampler=sampler))
-    assert torch.cat(batches).tolist() == [2.0, 5.0, 8.0]
+    assert torch.cat(batches).tolist() == [7.0, 8.0, 9.0]
 
 
 @pytest.mark.parametrize("size", [5, 8, 13])
@@ -82,7 +82,7 @@ def test_training_subsets_are_equal_sized_and_cover_the_dataset(size: int, repli
 
 def test_training_subsets_without_shuffle_are_consecutive() -> None:
     assert create_distributed_subset_indices(5, 2, 0, shuffle=False) == [0, 1, 2]
-    assert create_distributed_subset_indices(5, 2, 1, shuffle=False) == [3, 4, 0]
+    assert create_distributed_subset_indices(5, 2, 1, shuffle=False) == [2, 3, 4]
     assert create_distributed_subset_indices(6, 2, 1, seed=1) == create_distributed_subset_indices(
         6, 2, 1, seed=1
     )

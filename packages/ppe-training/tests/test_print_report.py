@@ -63,10 +63,10 @@ def test_prints_a_header_and_one_row_per_log_entry(tmp_path: Path) -> None:
     assert all(line[start - 2 : start] == "  " and line[start] != " " for line in lines[1:])
 
 
-def test_default_entries_show_every_key_with_the_counters_first(tmp_path: Path) -> None:
+def test_default_entries_show_every_key_with_the_unit_counter_first(tmp_path: Path) -> None:
     out = io.StringIO()
     _train(tmp_path, [LogReport(), PrintReport(out=out)], epochs=1)
-    assert _lines(out)[0].split() == ["epoch", "iteration", "loss", "acc", "elapsed_time"]
+    assert _lines(out)[0].split() == ["epoch", "loss", "acc", "elapsed_time"]
 
 
 def test_header_is_printed_again_when_a_new_key_appears(tmp_path: Path) -> None:
@@ -77,9 +77,9 @@ def test_header_is_printed_again_when_a_new_key_appears(tmp_path: Path) -> None:
 
     _train(tmp_path, [LogReport(), PrintReport(out=out)], epochs=2, values=values)
     lines = _lines(out)
-    assert lines[0].split() == ["epoch", "iteration", "loss", "elapsed_time"]
-    assert lines[2].split() == ["epoch", "iteration", "loss", "val/acc", "elapsed_time"]
-    assert lines[3].split()[:4] == ["2", "8", "1", "0.5"]
+    assert lines[0].split() == ["epoch", "loss", "elapsed_time"]
+    assert lines[2].split() == ["epoch", "loss", "val/acc", "elapsed_time"]
+    assert lines[3].split()[:3] == ["2", "1", "0.5"]
 
 
 def test_missing_values_leave_blank_cells(tmp_path: Path) -> None:

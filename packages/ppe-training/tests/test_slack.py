@@ -499,7 +499,7 @@ def test_token_from_environment(
 
 
 def test_missing_token_names_the_environment_variable(slack_server: FakeSlack) -> None:
-    with pytest.raises(ValueError, match="SLACK_BOT_TOKEN"):
+    with pytest.raises(RuntimeError, match="SLACK_BOT_TOKEN"):
         Slack("c")
 
 

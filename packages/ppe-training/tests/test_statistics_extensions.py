@@ -399,7 +399,7 @@ def test_best_value_rejects_bad_arguments() -> None:
         MaxValue("")
     with pytest.raises(TypeError, match="compare must be callable"):
         BestValue("loss", "greater")  # type: ignore[arg-type]
-    assert BestValue("loss", operator.lt).state_dict()["best_epoch"] is None
+    assert BestValue("loss", operator.lt).state_dict()["_best_epoch"] is None
 
 
 # --- FailOnNonNumber -----------------------------------------------------------------------

@@ -42,8 +42,10 @@ DistributedEvaluator`) gives the metrics of the whole dataset. The ranks may the
     after the loop), not for training.
 
     The indices are shuffled (when ``shuffle``) by a permutation drawn from ``seed`` (plus the
-    epoch given to :meth:`set_epoch`), the same on every rank; rank ``r`` takes the
-    positions ``r, r + num_replicas, ...`` of that order.
+    epoch given to :meth:`set_epoch`), the same on every rank; that order is cut into
+    ``num_replicas`` consecutive parts as ``numpy.array_split`` cuts it (the first
+    ``len(dataset) % num_replicas`` parts one longer), and rank ``r`` takes part ``r``, as
+    in PPE: without shuffling, rank 0 of 2 takes ``0 .. ceil(n / 2) - 1``.
 
     Args:
         dataset: The dataset (it needs ``len()``).
@@ -78,7 +80,10 @@ DistributedEvaluator`) gives the metrics of the whole dataset. The ranks may the
         self.shuffle = bool(shuffle)
         self.seed = check_int(seed, "seed", owner, -(2**63))
         self.epoch = 0
-        self.num_samples = len(range(self.rank, self.dataset_length, self.num_replicas))
+        # numpy.array_split's parts: the first `longer` ranks hold one more sample.
+        base, longer = divmod(self.dataset_length, self.num_replicas)
+        self.num_samples = base + int(self.rank < longer)
+        self._start = base * self.rank + min(self.rank, longer)
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the permutation of this epoch (``seed + epoch``), as DistributedSampler does.
@@ -93,9 +98,8 @@ DistributedEvaluator`) gives the metrics of the whole dataset. The ranks may the
             generator = torch.Generator()
             generator.manual_seed(self.seed + self.epoch)
             order = torch.randperm(self.dataset_length, generator=generator).tolist()
-        else:
-            order = list(range(self.dataset_length))
-        return iter(order[self.rank :: self.num_replicas])
+            return iter(order[self._start : self._start + self.num_samples])
+        return iter(range(self._start, self._start + self.num_samples))
 
     def __len__(self) -> int:
         return self.num_samples

@@ -41,13 +41,16 @@ def create_distributed_subset_indices(
 ) -> list[int]:
     """Return the indices of the dataset samples this rank trains on.
 
-    The indices ``0 .. num_total_samples - 1`` (shuffled with a permutation drawn from
-    ``seed`` when ``shuffle``) are cut into ``num_replicas`` consecutive shares of
-    ``ceil(num_total_samples / num_replicas)`` indices; the last share is completed with the
-    first indices of the order, so that every rank has the same number of samples and runs
-    the same number of iterations (at most ``num_replicas - 1`` samples appear twice). Use
-    the result with :class:`torch.utils.data.Subset`; for evaluation, where each sample must
-    count once, use :class:`DistributedValidationSampler`.
+    Every rank gets ``ceil(n / num_replicas)`` consecutive indices of the order
+    ``0 .. n - 1`` (``n = num_total_samples``; shuffled with a permutation drawn from
+    ``seed`` when ``shuffle``), starting at position ``n * rank // num_replicas``, as in
+    PPE: ``order[n * rank // R : n * rank // R + ceil(n / R)]``. So every rank has the same
+    number of samples and runs the same number of iterations; the shares cover the
+    dataset, and where ``n`` is not a multiple of ``num_replicas`` neighbouring shares
+    overlap (at most ``num_replicas - 1`` samples appear twice; the last share ends at the
+    last index, nothing wraps around). Use the result with
+    :class:`torch.utils.data.Subset`; for evaluation, where each sample must count once,
+    use :class:`DistributedValidationSampler`.
 
     Args:
         num_total_samples: The size of the dataset.
@@ -84,5 +87,5 @@ def create_distributed_subset_indices(
     else:
         order = list(range(total))
     share = -(-total // num_replicas)
-    order += order[: share * num_replicas - total]
-    return order[rank * share : (rank + 1) * share]
+    start = total * rank // num_replicas
+    return order[start : start + share]

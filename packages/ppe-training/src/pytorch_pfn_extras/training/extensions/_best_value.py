@@ -13,6 +13,11 @@ from pytorch_pfn_extras.training.triggers import BestValueTrigger
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
 
+# BestValueTrigger's state keys as PPE 0.9 names them inside BestValue's state; the trigger's
+# own state dict names them without the underscore ("interval_trigger" is the same in both).
+_TRIGGER_KEYS_09 = {"best_value": "_best_value", "summary": "_summary"}
+_TRIGGER_KEYS_OURS = {name_09: ours for ours, name_09 in _TRIGGER_KEYS_09.items()}
+
 
 class BestValue(Extension):
     """Extension that traces the best value of a specific key in the observation.
@@ -21,7 +26,7 @@ class BestValue(Extension):
     fires, the mean over the interval is compared with the best mean so far (as a
     :class:`~pytorch_pfn_extras.training.triggers.BestValueTrigger` does) and, if better,
     becomes :attr:`best_value`, with the epoch and iteration it was reached at. The state
-    is saved in snapshots.
+    is saved in snapshots, in PPE 0.9's layout (a 0.9 snapshot's state loads).
 
     Args:
         key: Key of the value, e.g. ``'val/loss'``.
@@ -98,18 +103,42 @@ class BestValue(Extension):
             self._best_iteration = manager.iteration
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the best value with its epoch and iteration, and the partial interval."""
+        """Return the best value with its epoch and iteration, and the partial interval.
+
+        The layout is PPE 0.9's: ``{"_best_trigger": {"_best_value", "_summary",
+        "interval_trigger"}, "_best_it", "_best_epoch"}``.
+        """
+        trigger_state = self._best_trigger.state_dict()
         return {
-            "best_trigger": self._best_trigger.state_dict(),
-            "best_epoch": self._best_epoch,
-            "best_iteration": self._best_iteration,
+            "_best_trigger": {_TRIGGER_KEYS_09.get(k, k): v for k, v in trigger_state.items()},
+            "_best_it": self._best_iteration,
+            "_best_epoch": self._best_epoch,
         }
 
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
-        """Restore a state returned by :meth:`state_dict`."""
-        self._best_trigger.load_state_dict(to_load["best_trigger"])
-        self._best_epoch = to_load["best_epoch"]
-        self._best_iteration = to_load["best_iteration"]
+        """Restore a state returned by :meth:`state_dict`, by PPE 0.9's, or by our releases
+        before 0.9's layout (``best_trigger``, ``best_epoch``, ``best_iteration``).
+
+        Raises:
+            KeyError: ``to_load`` is in neither layout (the message lists its keys).
+        """
+        if "_best_trigger" in to_load:
+            trigger_state = {
+                _TRIGGER_KEYS_OURS.get(k, k): v for k, v in to_load["_best_trigger"].items()
+            }
+            iteration, epoch = to_load["_best_it"], to_load["_best_epoch"]
+        elif "best_trigger" in to_load:
+            trigger_state = to_load["best_trigger"]
+            iteration, epoch = to_load["best_iteration"], to_load["best_epoch"]
+        else:
+            message = (
+                f"{type(self).__name__}({self._key!r}): the state has neither PPE's "
+                f"'_best_trigger' nor 'best_trigger'; its keys are {sorted(to_load)}"
+            )
+            raise KeyError(message)
+        self._best_trigger.load_state_dict(trigger_state)
+        self._best_iteration = None if iteration is None else int(iteration)
+        self._best_epoch = None if epoch is None else int(epoch)
 
 
 class MaxValue(BestValue):

@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import torch
+import torch.distributed as dist
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.distributed._collective import reduce_summary
+from pytorch_pfn_extras.distributed._collective import is_initialized, reduce_summary
 from pytorch_pfn_extras.runtime._batch import call_with_batch
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
@@ -107,14 +108,21 @@ class _EvaluationProgress:
         return f"{self._name} [{bar}] {fraction:7.2%} {done}/{size} iterations, {speed}"
 
 
-def _named(value: Any, what: str, is_item: Callable[[Any], bool], expected: str) -> dict[str, Any]:
+def _named(
+    value: Any,
+    what: str,
+    is_item: Callable[[Any], bool],
+    expected: str,
+    *,
+    may_be_empty: bool = False,
+) -> dict[str, Any]:
     """``{'main': value}``, or a copy of a mapping of names to items, checked."""
     if not isinstance(value, Mapping):
         if not is_item(value):
             message = f"Evaluator: {what} must be {expected} or a dict of them, got {type(value).__name__}"
             raise TypeError(message)
         return {"main": value}
-    if not value:
+    if not value and not may_be_empty:
         message = f"Evaluator: {what} is an empty dict; give at least one {expected}"
         raise ValueError(message)
     for name, item in value.items():
@@ -238,7 +246,8 @@ class Evaluator(Extension):
         iterator: The validation data (a ``DataLoader`` or any iterable of batches), or a
             dict of them; a single one is named ``'main'``.
         target: The module to evaluate, or a dict of modules; a single one is named
-            ``'main'``.
+            ``'main'``. With ``eval_func`` (or an overridden :meth:`eval_func`), an empty
+            dict is accepted: the function evaluates on its own.
         eval_hook: Called with the evaluator before each evaluation (e.g. to reset the state
             of a recurrent network).
         eval_func: Called on each batch; the ``'main'`` target by default.
@@ -254,7 +263,8 @@ class Evaluator(Extension):
     Raises:
         TypeError: An iterator that is not iterable, a target that is not a module, a hook,
             function or metric that is not callable, or an unknown keyword argument.
-        ValueError: An empty dict, or no ``eval_func`` and no target named ``'main'``.
+        ValueError: An empty dict of iterators, or no ``eval_func`` and no target named
+            ``'main'`` (an empty dict of targets included).
 
     Example:
         >>> manager.extend(extensions.Evaluator(val_loader, model, progress_bar=True))
@@ -280,15 +290,16 @@ class Evaluator(Extension):
         self._iterators: dict[str, Iterable[Any]] = _named(
             iterator, "iterator", _is_iterable, "an iterable of batches"
         )
-        self._targets: dict[str, torch.nn.Module] = _named(
-            target, "target", _is_module, "a torch.nn.Module"
-        )
         for what, fn in (("eval_hook", eval_hook), ("eval_func", eval_func)):
             if fn is not None and not callable(fn):
                 message = f"Evaluator: {what} must be callable or None, got {type(fn).__name__}"
                 raise TypeError(message)
-        overridden = type(self).eval_func is not Evaluator.eval_func
-        if eval_func is None and not overridden and "main" not in self._targets:
+        # With an eval_func (given or overridden) no target is called: PPE accepts target={}.
+        calls_a_target = eval_func is None and type(self).eval_func is Evaluator.eval_func
+        self._targets: dict[str, torch.nn.Module] = _named(
+            target, "target", _is_module, "a torch.nn.Module", may_be_empty=not calls_a_target
+        )
+        if calls_a_target and "main" not in self._targets:
             message = (
                 "Evaluator: without eval_func, the 'main' target is called on each batch, "
                 f"but the targets are {sorted(self._targets)}; pass eval_func="
@@ -575,7 +586,8 @@ class DistributedEvaluator(Evaluator):
     at the same iterations (give it the same trigger everywhere). Without a process group it
     is a plain :class:`Evaluator`. The means are Python floats.
 
-    The arguments are those of :class:`Evaluator`.
+    The arguments are those of :class:`Evaluator`; ``progress_bar=True`` draws the progress
+    line on rank 0 only (the other ranks print nothing), as PPE does.
 
     Raises:
         RuntimeError: (when called) the job was started as several processes but
@@ -590,3 +602,8 @@ class DistributedEvaluator(Evaluator):
     def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
         """The summary of every rank's values (a collective)."""
         return reduce_summary(summary, "DistributedEvaluator")
+
+    def _progress(self, status: IterationStatus) -> _EvaluationProgress | None:
+        if is_initialized() and dist.get_rank() != 0:
+            return None
+        return super()._progress(status)

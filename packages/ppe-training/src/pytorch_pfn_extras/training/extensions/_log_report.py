@@ -18,7 +18,7 @@ from pytorch_pfn_extras.distributed._collective import (
 from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.reporting import DictSummary
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension, check_keywords
-from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
+from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
 from pytorch_pfn_extras.training._writer_util import file_system_of
 from pytorch_pfn_extras.training.extensions._bytes import write_bytes
 
@@ -330,6 +330,13 @@ class LogReport(Extension):
         (the oldest go first), so memory stays bounded however long the run.
         """
         return self._log
+
+    @property
+    def log_trigger(self) -> Trigger:
+        """The trigger that emits the entries (``trigger`` of the constructor, as a
+        :class:`~pytorch_pfn_extras.training.trigger.Trigger`); ``PrintReport`` reads its
+        ``unit`` to choose the counter column."""
+        return self._log_trigger
 
     @property
     def entry_count(self) -> int:

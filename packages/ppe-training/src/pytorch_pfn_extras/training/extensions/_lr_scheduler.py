@@ -29,13 +29,28 @@ def _step_by_value(key: str) -> Stepper:
                 "Report it in the iterations where the scheduler steps (e.g. an Evaluator with "
                 "the same trigger), or pass stepper=LRScheduler.step_by_value(<key>)"
             )
-            raise KeyError(message)
+            raise ValueError(message)
         scheduler.step(observation[key])
 
     return stepper
 
 
 _step_by_plateau_key = _step_by_value(_PLATEAU_KEY)
+
+
+def _before_first_optimizer_step(scheduler: Any) -> bool:
+    """Whether the step counter that torch's schedulers put on their optimizer shows no step.
+
+    False when there is no counter to read (a scheduler of your own, an optimizer whose
+    ``step`` was replaced after the scheduler was made): such schedulers always step.
+    """
+    optimizer = getattr(scheduler, "optimizer", None)
+    step = getattr(optimizer, "step", None)
+    if hasattr(step, "_wrapped_by_lr_sched"):  # torch >= 2.2 sets optimizer._opt_called
+        return not getattr(optimizer, "_opt_called", False)
+    if hasattr(step, "_with_counter"):  # torch 2.1 counts in optimizer._step_count
+        return getattr(optimizer, "_step_count", 0) < 1
+    return False
 
 
 def _default_stepper(manager: ExtensionsManagerProtocol, scheduler: Any) -> None:
@@ -62,14 +77,18 @@ class LRScheduler(Extension):
             be saved in snapshots).
         stepper: ``stepper(manager, scheduler)``, called at each firing.
         trigger: When to step; each epoch by default.
-        wait_for_first_optimizer_step: Do not step before the scheduler's optimizer has
-            stepped once (e.g. while a ``GradScaler`` skips the first steps), which avoids
-            PyTorch's "``lr_scheduler.step()`` before ``optimizer.step()``" warning.
+        wait_for_first_optimizer_step: Do not step a PyTorch scheduler before its
+            optimizer has stepped once (e.g. while a ``GradScaler`` skips the first steps),
+            which avoids PyTorch's "``lr_scheduler.step()`` before ``optimizer.step()``"
+            warning. It reads the step counter PyTorch's schedulers put on their optimizer;
+            a scheduler whose optimizer has none (one of your own) always steps.
         is_async: Marks the extension as safe to run in the background (it reads no model
             state).
 
     Raises:
         TypeError: ``scheduler`` has no ``step`` method, or ``stepper`` is not callable.
+        ValueError: (when stepping) the default stepper of a ``ReduceLROnPlateau``, or one
+            of :meth:`step_by_value`, finds no value reported under its key.
 
     Example:
         >>> scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10)
@@ -119,8 +138,8 @@ class LRScheduler(Extension):
             key: Key of the reported value (e.g. ``'val/loss'``).
 
         Returns:
-            The stepper; it raises ``KeyError`` when ``key`` was not reported in the
-            iteration where the scheduler steps.
+            The stepper; it raises ``ValueError`` naming ``key`` when that was not reported
+            in the iteration where the scheduler steps.
 
         Raises:
             ValueError: ``key`` is not a non-empty string.
@@ -133,9 +152,7 @@ class LRScheduler(Extension):
     def _may_step(self) -> bool:
         if not self._wait or self._optimizer_stepped:
             return True
-        # Set by torch's schedulers, which wrap optimizer.step() (PyTorch >= 1.1).
-        optimizer = getattr(self.scheduler, "optimizer", None)
-        self._optimizer_stepped = bool(getattr(optimizer, "_opt_called", False))
+        self._optimizer_stepped = not _before_first_optimizer_step(self.scheduler)
         return self._optimizer_stepped
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
@@ -10,6 +9,7 @@ import torch
 
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
+from pytorch_pfn_extras.training.extensions._percentiles import linear_percentiles
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
@@ -20,31 +20,9 @@ PERCENTILE_SIGMAS = (0.13, 2.28, 15.87, 50.0, 84.13, 97.72, 99.87)
 """Percentiles of the ``'percentile'`` statistic: the mean and -3 to +3 sigmas of a normal."""
 
 
-@functools.lru_cache(maxsize=256)
-def _interpolation(
-    size: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Indices below and above each percentile of a sorted vector, and the weights."""
-    last = size - 1
-    positions = [q / 100 * last for q in PERCENTILE_SIGMAS]
-    lower = [int(p) for p in positions]
-    upper = [min(i + 1, last) for i in lower]
-    fraction = [p - i for p, i in zip(positions, lower)]
-    return (
-        torch.tensor(lower, device=device),
-        torch.tensor(upper, device=device),
-        torch.tensor(fraction, dtype=torch.float64, device=device),
-    )
-
-
 def _percentile(x: torch.Tensor) -> torch.Tensor:
     """NumPy's ``percentile(x, PERCENTILE_SIGMAS)`` (linear interpolation), of any size."""
-    # torch.quantile refuses inputs of more than 2**24 elements; a sort does not. The
-    # indices only depend on the size: cached on the device, they cost no copy per call.
-    ordered = torch.sort(x).values
-    lower, upper, fraction = _interpolation(x.numel(), x.device)
-    low = ordered[lower].to(torch.float64)
-    return low + (ordered[upper].to(torch.float64) - low) * fraction
+    return linear_percentiles(x, PERCENTILE_SIGMAS)
 
 
 DEFAULT_STATISTICS: Mapping[str, StatisticFn] = {

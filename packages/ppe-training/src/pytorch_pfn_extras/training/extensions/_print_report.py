@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
 
 _MIN_WIDTH = 10
-_FIRST = ("epoch", "iteration")
-_LAST = ("elapsed_time",)
+UNITS = ("epoch", "iteration")
+"""The counters of a log entry; a table shows the one of its log report's trigger unit."""
+_LAST = "elapsed_time"
 
 
 class _StandardOutput(io.TextIOBase):
@@ -86,6 +87,20 @@ def display(widget: Any) -> None:
     ipython_display(widget)  # type: ignore[no-untyped-call]
 
 
+def order_entries(keys: Sequence[str], unit: str | None) -> list[str]:
+    """PPE's column order of a table of log entries counted in ``unit``.
+
+    The key of ``unit`` first (when present), the other counter dropped (both without a
+    unit), ``elapsed_time`` last, the other keys in their order.
+    """
+    entries = [key for key in keys if key not in UNITS and key != _LAST]
+    if unit in UNITS and unit in keys:
+        entries.insert(0, unit)
+    if _LAST in keys:
+        entries.append(_LAST)
+    return entries
+
+
 def _format(value: Any, width: int) -> str:
     if isinstance(value, (int, float)):
         return f"{value:<{width}g}"
@@ -108,8 +123,10 @@ class PrintReport(Extension):
 
     Args:
         entries: Keys of the log entries to print, in order. ``None`` shows every key of
-            the log, ``epoch`` and ``iteration`` first, then in order of appearance, and
-            the header is printed again when a new key appears.
+            the log in the order it first appeared, as PPE does: at the front only the
+            counter of the log report's trigger unit (``epoch`` or ``iteration``; neither
+            for a trigger without a ``unit``), ``elapsed_time`` last; the header is
+            printed again when a new column appears.
         log_report: The name of a ``LogReport`` registered to the manager, or a
             ``LogReport`` instance that this extension drives itself (call it, save its
             state).
@@ -151,6 +168,7 @@ class PrintReport(Extension):
             raise TypeError(message)
         self._infer = entries is None
         self._entries: list[str] = [] if entries is None else list(entries)
+        self._keys: list[str] = []  # with entries=None: every key seen, first seen first
         self._log_report = log_report
         self._log: LogReport | None = None
         self._out = STDOUT if out is None else out
@@ -199,27 +217,25 @@ class PrintReport(Extension):
         log = log_report.log
         count = log_report.entry_count
         new = log[len(log) - min(count - self._n_printed, len(log)) :]
-        if self._infer and self._update_entries(new):
+        if self._infer and self._update_entries(new, log_report):
             self._header_shown = False
         self._n_printed = count
         self._render(log, new)
 
-    def _update_entries(self, new: list[dict[str, Any]]) -> bool:
-        """Add the keys of new entries; return whether there are new keys."""
-        known = set(self._entries)
-        added = []
+    def _update_entries(self, new: list[dict[str, Any]], log_report: LogReport) -> bool:
+        """Add the keys of new entries; return whether the columns changed."""
+        keys = self._keys
+        known = set(keys)
         for entry in new:
             for key in entry:
                 if key not in known:
                     known.add(key)
-                    added.append(key)
-        if not added:
+                    keys.append(key)
+        unit = getattr(log_report.log_trigger, "unit", None)
+        entries = order_entries(keys, unit)
+        if entries == self._entries:
             return False
-        keys = self._entries + added
-        first = [k for k in _FIRST if k in known]
-        last = [k for k in _LAST if k in known]
-        middle = [k for k in keys if k not in _FIRST and k not in _LAST]
-        self._entries = first + middle + last
+        self._entries = entries
         return True
 
     def _render(self, log: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
@@ -255,6 +271,8 @@ class PrintReport(Extension):
     def state_dict(self) -> dict[str, Any]:
         """Return the number of entries printed (and the state of its own log report)."""
         state: dict[str, Any] = {"n_printed": self._n_printed, "entries": list(self._entries)}
+        if self._infer:
+            state["keys"] = list(self._keys)
         if isinstance(self._log_report, LogReport):
             state["log_report"] = self._log_report.state_dict()
         return state
@@ -266,6 +284,7 @@ class PrintReport(Extension):
         self._n_printed = int(to_load["n_printed"])
         if self._infer:
             self._entries = list(to_load.get("entries", []))
+            self._keys = list(to_load.get("keys", self._entries))
         self._header_shown = False
 
 

@@ -214,7 +214,7 @@ class Slack(_Messenger):
 
     Raises:
         ImportError: slack_sdk is not installed.
-        ValueError: No token was given and ``SLACK_BOT_TOKEN`` is not set.
+        RuntimeError: No token was given and ``SLACK_BOT_TOKEN`` is not set (PPE's type).
 
     Example:
         >>> manager.extend(extensions.Slack(
@@ -249,7 +249,7 @@ class Slack(_Messenger):
                 f"Slack needs a bot token: pass token=... or set the {TOKEN_ENV} "
                 "environment variable"
             )
-            raise ValueError(message)
+            raise RuntimeError(message)
         if filenames is not None and (
             isinstance(filenames, str)
             or not (callable(filenames) or isinstance(filenames, Sequence))

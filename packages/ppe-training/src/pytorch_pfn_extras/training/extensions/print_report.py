@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytorch_pfn_extras.training.extensions._print_report import _MIN_WIDTH, PrintReport
+from pytorch_pfn_extras.training.extensions._print_report import (
+    _MIN_WIDTH,
+    UNITS,
+    PrintReport,
+    order_entries,
+)
 
 __all__ = [
     "PrintReport",
@@ -17,7 +22,6 @@ __all__ = [
     "filter_and_sort_entries",
 ]
 
-_UNITS = ("epoch", "iteration")
 _SEPARATOR = "  "
 
 
@@ -51,10 +55,10 @@ def create_header_and_templates(
 
 
 def filter_and_sort_entries(all_entries: Sequence[str], unit: str = "epoch") -> list[str]:
-    """Order the keys of log entries for a table that counts in ``unit``.
+    """Order the keys of log entries for a table that counts in ``unit``, as PrintReport does.
 
     The key of ``unit`` (``'epoch'`` or ``'iteration'``) comes first; the key of the other
-    unit is dropped; the other keys keep their order.
+    unit is dropped; ``elapsed_time`` comes last; the other keys keep their order.
 
     Args:
         all_entries: Keys found in the log entries.
@@ -64,11 +68,10 @@ def filter_and_sort_entries(all_entries: Sequence[str], unit: str = "epoch") -> 
         ValueError: ``unit`` is neither ``'epoch'`` nor ``'iteration'``.
 
     Example:
-        >>> filter_and_sort_entries(["main/loss", "iteration", "epoch"], unit="epoch")
-        ['epoch', 'main/loss']
+        >>> filter_and_sort_entries(["elapsed_time", "main/loss", "iteration", "epoch"])
+        ['epoch', 'main/loss', 'elapsed_time']
     """
-    if unit not in _UNITS:
+    if unit not in UNITS:
         message = f"filter_and_sort_entries: unit must be 'epoch' or 'iteration', got {unit!r}"
         raise ValueError(message)
-    others = [key for key in all_entries if key not in _UNITS]
-    return ([unit] if unit in all_entries else []) + others
+    return order_entries(all_entries, unit)
