@@ -3,6 +3,30 @@
 from __future__ import annotations
 
 from pytorch_pfn_extras.training._extension import Extension
+
+# PPE 0.9's public modules of this package are its attributes, as in 0.9 (each re-exports
+# names of the private modules, so importing them costs next to nothing).
+from pytorch_pfn_extras.training.extensions import (  # noqa: F401
+    best_value,
+    evaluator,
+    fail_on_non_number,
+    log_report,
+    lr_scheduler,
+    micro_average,
+    parameter_statistics,
+    plot_report,
+    print_report,
+    print_report_notebook,
+    profile_report,
+    progress_bar,
+    progress_bar_notebook,
+    slack,
+    snapshot_writers,
+    timeline_trace,
+    util,
+    value_observation,
+    variable_statistics_plot,
+)
 from pytorch_pfn_extras.training.extensions._best_value import BestValue, MaxValue, MinValue
 from pytorch_pfn_extras.training.extensions._evaluator import (
     DistributedEvaluator,

@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from pytorch_pfn_extras.training._interval_trigger import IntervalTrigger
 from pytorch_pfn_extras.training._trigger_util import Trigger
+
+# PPE 0.9's public modules of this package are its attributes, as in 0.9 (each re-exports
+# names of the private modules, so importing them costs next to nothing).
+from pytorch_pfn_extras.training.triggers import (  # noqa: F401
+    early_stopping_trigger,
+    function_trigger,
+    interval_trigger,
+    manual_schedule_trigger,
+    minmax_value_trigger,
+    once_trigger,
+    time_trigger,
+)
 from pytorch_pfn_extras.training.triggers._best_value_trigger import (
     BestValueTrigger,
     MaxValueTrigger,
