@@ -192,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     statistics_plot_epochs = sorted({*range(period, epochs, period), epochs})
     evaluator = ppe.engine.create_evaluator(
         trained,
-        metrics=[AccuracyMetric(label_key="t", output_key="logits")],  # val/accuracy
-        options={"eval_report_keys": ["loss"]},  # val/loss
+        metrics=[AccuracyMetric(label_key="t", output_key="logits")],  # the "accuracy" output
+        options={"eval_report_keys": ["loss", "accuracy"]},  # val/loss, val/accuracy
         distributed=distributed,  # the means over every rank's share of the validation set
     )
     best = extensions.MaxValue("val/accuracy", trigger=log_trigger)

@@ -81,7 +81,10 @@ def test_evaluator_steps_do_not_synchronize_the_device(tmp_path: Any) -> None:
     model = Model().cuda()
     ppe.runtime.to(model, "cuda:0")
     evaluator = ppe.engine.create_evaluator(
-        model, device="cuda:0", metrics=[ppe.training.metrics.AccuracyMetric("t", "y")]
+        model,
+        device="cuda:0",
+        metrics=[ppe.training.metrics.AccuracyMetric("t", "y")],
+        options={"eval_report_keys": ["accuracy"]},
     )
     data = [{"x": torch.randn(8, 16), "t": torch.randint(0, 4, (8,))} for _ in range(5)]
     seen: list[int] = []

@@ -141,7 +141,7 @@ def test_grad_scaler_unscales_before_clipping_and_is_saved_in_snapshots(tmp_path
     )
     assert_same_weights(model, reference)
     state = trainer.state_dict()
-    assert state["state_objects"]["option/grad_scaler"] == ours.state_dict()
+    assert state["state_objects"]["option__::__grad_scaler"] == ours.state_dict()
 
 
 def test_backward_outputs_and_backward_function(tmp_path: Any) -> None:

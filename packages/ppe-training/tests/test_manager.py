@@ -94,18 +94,22 @@ def test_single_model_and_optimizer_are_named_main(tmp_path: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("models", "optimizers", "match"),
+    ("models", "match"),
     [
-        ("model", {}, "models must be a Module or a mapping.*got str"),
-        ({"a": 3}, {}, r"models\['a'\] must be a Module, got int"),
-        ({}, [1], "optimizers must be an optimizer .* or a mapping.*got list"),
+        ("model", "models must be a Module or a mapping.*got str"),
+        ({"a": 3}, r"models\['a'\] must be a Module, got int"),
+        ({1: torch.nn.Linear(1, 1)}, r"models must be keyed by strings, got the key 1"),
     ],
 )
-def test_bad_models_or_optimizers_raise_type_error(
-    models: Any, optimizers: Any, match: str
-) -> None:
+def test_bad_models_raise_value_error(models: Any, match: str) -> None:
+    with pytest.raises(ValueError, match=match):  # PPE 0.9's type
+        ExtensionsManager(models, {}, 1, iters_per_epoch=1)
+
+
+def test_bad_optimizers_raise_type_error() -> None:
+    match = "optimizers must be an optimizer .* or a mapping.*got list"
     with pytest.raises(TypeError, match=match):
-        ExtensionsManager(models, optimizers, 1, iters_per_epoch=1)
+        ExtensionsManager({}, [1], 1, iters_per_epoch=1)
 
 
 @pytest.mark.parametrize("iters_per_epoch", [0, -3, 1.5, True, None])

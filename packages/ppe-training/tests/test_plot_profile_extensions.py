@@ -316,8 +316,9 @@ def test_timeline_trace_enable_disable_triggers_and_state(tmp_path: Path) -> Non
             pass
     events = load_chrome_trace_as_json(tmp_path / "t.json")
     _check_trace_format(events)
-    # Recording is on from the end of iteration 3 to the end of iteration 6.
-    assert [e["name"] for e in events].count("step") == 3
+    # As in PPE 0.9, recording is on from the start; ``disable`` turns it off at the end of
+    # iteration 6 (``enable``, at iteration 3, finds it on already).
+    assert [e["name"] for e in events].count("step") == 6
     state = timeline.state_dict()
     assert state["tracer"]["events"] == []
     other = TimelineTrace(enable=(1, "epoch"))

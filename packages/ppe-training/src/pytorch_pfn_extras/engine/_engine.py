@@ -34,44 +34,49 @@ def _is_state_object(obj: Any) -> bool:
     )
 
 
-def filter_state_objects(args: Any, key_name: str = "") -> dict[str, Any]:
-    """Find the objects with ``state_dict``/``load_state_dict`` in ``args``, by name.
+def filter_state_objects(args: Any, key_name: str = "") -> list[tuple[str, Any]]:
+    """Find the objects with ``state_dict``/``load_state_dict`` in ``args``, named as PPE does.
 
-    ``args`` may be such an object, or a (nested) dict, list or tuple holding some; each is
-    named by its path below ``key_name`` (``"option/grad_scaler"``, ``"args/0"``). The
-    trainer registers what it finds in its options (a grad scaler...) as manager state
-    objects, so that snapshots save and restore them.
+    ``args`` may be such an object (a leaf: it is not searched further), or a (nested)
+    dict, list or tuple holding some; anything else is dropped. Each found object is named
+    by its path below ``key_name``: ``"<prefix>__::__<key>"`` for a dict entry (the keys
+    in sorted order), ``"<prefix>.__<i>__"`` for a list or tuple item. The trainer saves
+    what it finds in its options (a grad scaler...) as manager state objects under these
+    names, so that snapshots of PPE 0.9 trainers resume with them.
 
     Args:
         args: The object or container to search.
         key_name: The name of ``args`` itself.
 
     Returns:
-        The state objects found, by path.
+        ``(name, object)`` pairs, in the order of the traversal.
 
     Example:
-        >>> filter_state_objects({"grad_scaler": scaler}, "option")
-        {'option/grad_scaler': scaler}
+        >>> filter_state_objects({"grad_scaler": scaler, "n": 1}, "option")
+        [('option__::__grad_scaler', scaler)]
     """
-    if _is_state_object(args) and not isinstance(args, torch.nn.Module | torch.optim.Optimizer):
-        return {key_name: args}
-    found: dict[str, Any] = {}
+    if _is_state_object(args):
+        return [(key_name, args)]
     if isinstance(args, Mapping):
-        for key, value in args.items():
-            found.update(filter_state_objects(value, f"{key_name}/{key}" if key_name else str(key)))
-    elif isinstance(args, (list, tuple)):
-        for index, value in enumerate(args):
-            found.update(
-                filter_state_objects(value, f"{key_name}/{index}" if key_name else str(index))
-            )
-    return found
+        return [
+            found
+            for key in sorted(args, key=str)
+            for found in filter_state_objects(args[key], f"{key_name}__::__{key}")
+        ]
+    if isinstance(args, (list, tuple)):
+        return [
+            found
+            for index, value in enumerate(args)
+            for found in filter_state_objects(value, f"{key_name}.__{index}__")
+        ]
+    return []
 
 
 def filter_state_objects_dict(
     args: Mapping[str, Any] | None, key_name: str = "option"
 ) -> dict[str, Any]:
-    """Find the state objects among the values of a dict of options (see
-    :func:`filter_state_objects`), named ``"<key_name>/<key>"``.
+    """Find the state objects among the values of a dict of options, by name (see
+    :func:`filter_state_objects`: ``"<key_name>__::__<key>"``).
 
     Args:
         args: The options (``None`` finds nothing).
@@ -79,13 +84,16 @@ def filter_state_objects_dict(
 
     Returns:
         The state objects found, by name.
+
+    Raises:
+        TypeError: ``args`` is not a dict.
     """
     if args is None:
         return {}
     if not isinstance(args, Mapping):
         message = f"filter_state_objects_dict() expects a dict, got {type(args).__name__}"
         raise TypeError(message)
-    return filter_state_objects(args, key_name)
+    return dict(filter_state_objects(args, key_name))
 
 
 def _engine_parts(
@@ -183,7 +191,8 @@ def create_trainer(
         evaluator: An evaluator (:func:`create_evaluator`), an ``(evaluator, trigger)`` pair,
             or a dict of them by name; ``None`` skips evaluation.
         device: The device whose runtime converts the batches (a PyTorch device, or a name
-            registered with ``ppe.runtime.runtime_registry``).
+            registered with ``ppe.runtime.runtime_registry``). A model not moved with
+            ``ppe.to`` when the run starts is moved there, with a warning.
         logic: The logic; a :class:`~pytorch_pfn_extras.handler.Logic` by default.
         transform_model: ``fn(name, model) -> model`` for what the manager saves (e.g. to
             unwrap DDP).
@@ -194,7 +203,8 @@ def create_trainer(
             ``grad_clip``, ``compile``...). State objects among them (a grad scaler) are
             saved in snapshots.
         runtime_options: Options of the entry runtime.
-        profile: A ``torch.profiler.profile`` stepped after every iteration.
+        profile: A ``torch.profiler.profile``: the run happens inside ``with profile:``,
+            which is stepped after every iteration.
         **kwargs: Other arguments of the manager (``state_objects``, ``enable_profile``...).
 
     Returns:
@@ -263,9 +273,12 @@ def create_evaluator(
     Args:
         models: A module, or a mapping of names to modules (usually the trainer's).
         progress_bar: Show the progress of each evaluation.
-        device: The device whose runtime converts the batches.
-        metrics: Callables ``metric(batch, outputs)`` whose returned dicts are reported
-            (e.g. :class:`~pytorch_pfn_extras.training.metrics.AccuracyMetric`).
+        device: The device whose runtime converts the batches. A model not moved with
+            ``ppe.to`` when the evaluation starts is moved there, with a warning.
+        metrics: Callables ``metric(batch, outputs)`` whose returned dicts are added to
+            each step's outputs, as in PPE: name them in the ``eval_report_keys`` option to
+            report them (e.g. :class:`~pytorch_pfn_extras.training.metrics.AccuracyMetric`
+            and ``options={"eval_report_keys": ["accuracy"]}``).
         logic: The logic; a :class:`~pytorch_pfn_extras.handler.Logic` by default.
         handler_class: The handler class; :class:`~pytorch_pfn_extras.handler.Handler` by
             default.

@@ -11,8 +11,9 @@ from pytorch_pfn_extras.runtime import forward, update_parameters
 class CodeBlockLogic(ModelLogic):
     """A logic that runs its steps as CodeBlocks, executed by the model's runtime.
 
-    The training step is ``update_parameters(model, [optimizer])`` (forward, backward and
-    optimizer step at once, with the runtime's autocast and grad scaler options), the
+    The training step is ``update_parameters(model, optimizers)`` (forward, backward and
+    the step of every optimizer it is given at once, as in PPE, with the runtime's
+    autocast and grad scaler options), the
     evaluation step ``forward(model)``; runtimes for custom devices execute them their way.
 
     Args:
@@ -36,14 +37,16 @@ class CodeBlockLogic(ModelLogic):
         """Nothing to do at the end of an epoch."""
 
     def train_step(self, models: Models, optimizers: Optimizers, batch_idx: int, batch: Any) -> Any:
-        """Run ``update_parameters(model, [optimizer])`` on the batch.
+        """Run ``update_parameters(model, optimizers)`` on the batch: every optimizer given
+        steps.
 
         Returns:
             The model's outputs.
         """
         model = self._model(models)
-        optimizer = self._optimizer(optimizers)
-        block = update_parameters(model, [optimizer], backprop_from=self.backward_outputs)
+        block = update_parameters(
+            model, list(optimizers.values()), backprop_from=self.backward_outputs
+        )
         return block(batch)
 
     def eval_step(self, models: Models, batch_idx: int, batch: Any) -> Any:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.handler._logic_base import BaseLogic
-from pytorch_pfn_extras.runtime import BaseRuntime, get_runtime, named_runtime_modules
+from pytorch_pfn_extras.handler._logic_base import BaseLogic, Models
+from pytorch_pfn_extras.runtime import BaseRuntime, get_runtime, named_runtime_modules, to
 
 CompleteFn = Callable[[int, Any], None]
 _RuntimeModules = list[tuple[torch.nn.Module, BaseRuntime]]
@@ -67,13 +68,14 @@ class BaseHandler:
         self._logic.train_validation_end(trainer.models)
 
     def train_step(self, trainer: Any, batch_idx: int, batch: Any, complete_fn: CompleteFn) -> None:
-        """Run one training step and hand its outputs to ``complete_fn``."""
+        """Run one training step (the logic's step, then its optimizer step) and hand its
+        outputs to ``complete_fn``."""
         outputs = self._logic.train_step(trainer.models, trainer.optimizers, batch_idx, batch)
+        self._logic.train_step_optimizers(trainer.models, trainer.optimizers, batch_idx)
         complete_fn(batch_idx, outputs)
 
     def train_post_step(self, trainer: Any, batch_idx: int, batch: Any, outputs: Any) -> None:
-        """Called after each training step: steps the optimizers."""
-        self._logic.train_step_optimizers(trainer.models, trainer.optimizers, batch_idx)
+        """Called after each training step, with its outputs."""
 
     def train_cleanup(self, trainer: Any) -> None:
         """Called once when a training run completes."""
@@ -126,7 +128,12 @@ class Handler(BaseHandler):
     Every module tagged by ``ppe.to`` gets its runtime's callbacks (``initialize_module``,
     ``train_pre_step``/``train_post_step``, ``eval_pre_step``/``eval_post_step``...), the
     batch is moved by the entry runtime (the one of the engine's ``device``), and selected
-    outputs are reported after each step.
+    outputs are reported after each step. Each callback finds the tagged modules of the
+    models it is given itself (once; the setup callbacks look again), so that a handler
+    can be driven without its setup callbacks, as in PPE.
+
+    A model that was never moved with ``ppe.to`` is moved to the entry runtime's device at
+    setup (``train_setup``/``eval_setup``), with a warning.
 
     Args:
         logic: The logic that defines the steps.
@@ -136,7 +143,8 @@ class Handler(BaseHandler):
             * ``"train_report_keys"`` (list of str): outputs reported as ``train/<key>``
               after each training step. Default: none.
             * ``"eval_report_keys"`` (list of str): outputs reported as ``val/<key>`` after
-              each evaluation step. Default: none.
+              each evaluation step (the evaluator's metrics' results are among the
+              outputs). Default: none.
 
     Raises:
         TypeError: ``entry_runtime`` is not a runtime, or an option has the wrong type.
@@ -151,11 +159,11 @@ class Handler(BaseHandler):
         self._entry_runtime = entry_runtime
         self._train_report_keys: list[str] = []
         self._eval_report_keys: list[str] = []
-        self._train_runtimes: _RuntimeModules = []
-        self._train_pre: _RuntimeModules = []
-        self._train_post: _RuntimeModules = []
-        self._eval_pre: _RuntimeModules = []
-        self._eval_post: _RuntimeModules = []
+        # (id of a models mapping, callback) -> (the mapping, its modules whose runtime
+        # overrides the callback): what each callback calls, found at its first call; and
+        # by callback, the last mapping asked for (the per-step lookup).
+        self._runtimes: dict[tuple[int, str], tuple[Models, _RuntimeModules]] = {}
+        self._last: dict[str, tuple[Models, _RuntimeModules]] = {}
         super().__init__(logic, options)
 
     @property
@@ -175,19 +183,49 @@ class Handler(BaseHandler):
 
     # ------------------------------------------------------------------ helpers
 
-    @staticmethod
-    def _runtime_modules(models: Mapping[str, torch.nn.Module], engine: str) -> _RuntimeModules:
+    def _modules(self, models: Models, callback: str) -> _RuntimeModules:
+        """The tagged modules of ``models`` whose runtime overrides ``callback``, with their
+        runtimes (found at the first call for these models, then reused: the per-step
+        callbacks pay one dict lookup)."""
+        last = self._last.get(callback)
+        if last is not None and last[0] is models:
+            return last[1]
+        key = (id(models), callback)
+        cached = self._runtimes.get(key)
+        if cached is not None and cached[0] is models:
+            self._last[callback] = cached
+            return cached[1]
         pairs: _RuntimeModules = []
+        for model in models.values():
+            for _, module in named_runtime_modules(model):
+                runtime = get_runtime(module)
+                if runtime is not None:
+                    pairs.append((module, runtime))
+        pairs = _overriding(pairs, callback)
+        self._runtimes[key] = self._last[callback] = (models, pairs)
+        return pairs
+
+    def _setup_modules(self, models: Models, engine: str) -> list[tuple[str, torch.nn.Module]]:
+        """Forget the modules found so far, move the models never moved with ``ppe.to`` to
+        the entry runtime's device (with a warning), and return every tagged module with
+        the name of its model."""
+        self._runtimes.clear()
+        self._last.clear()
+        found: list[tuple[str, torch.nn.Module]] = []
         for name, model in models.items():
-            found = [(module, get_runtime(module)) for _, module in named_runtime_modules(model)]
-            if not found:
+            modules = [module for _, module in named_runtime_modules(model)]
+            if not modules:
+                device = self._entry_runtime.device_spec
                 message = (
                     f"the {engine}'s model {name!r} ({type(model).__name__}) was not moved with "
-                    f"ppe.to(model, device); call ppe.to before running the {engine}"
+                    f"ppe.to(model, device); moving it to {str(device)!r}, the {engine}'s device "
+                    "(call ppe.to before running it to choose yourself)"
                 )
-                raise RuntimeError(message)
-            pairs.extend((module, runtime) for module, runtime in found if runtime is not None)
-        return pairs
+                warnings.warn(message, UserWarning, stacklevel=4)
+                to(model, device, options=self._entry_runtime.options)
+                modules = [model]
+            found.extend((name, module) for module in modules)
+        return found
 
     @staticmethod
     def _report(outputs: Any, keys: list[str], prefix: str) -> None:
@@ -205,21 +243,19 @@ class Handler(BaseHandler):
     # ------------------------------------------------------------------ training
 
     def train_setup(self, trainer: Any, loader: Any) -> None:
-        """Check that every model was moved with ``ppe.to`` and initialize its runtimes.
+        """Initialize the runtime of every tagged module of the trainer's models.
 
-        Raises:
-            RuntimeError: A model has no runtime.
+        Each runtime's ``initialize_module(module, loader, optimizer)`` gets the optimizer
+        named like the module's model, or the only optimizer when there is one, else
+        ``None``. A model never moved with ``ppe.to`` is moved to the trainer's device
+        first, with a warning.
         """
-        models: Mapping[str, torch.nn.Module] = trainer.models
         optimizers: Mapping[str, torch.optim.Optimizer] = trainer.optimizers
-        self._train_runtimes = self._runtime_modules(models, "trainer")
-        self._train_pre = _overriding(self._train_runtimes, "train_pre_step")
-        self._train_post = _overriding(self._train_runtimes, "train_post_step")
-        for name, model in models.items():
-            for _, module in named_runtime_modules(model):
-                runtime = get_runtime(module)
-                if runtime is not None:
-                    runtime.initialize_module(module, loader, optimizers.get(name))
+        only = next(iter(optimizers.values())) if len(optimizers) == 1 else None
+        for name, module in self._setup_modules(trainer.models, "trainer"):
+            runtime = get_runtime(module)
+            if runtime is not None:
+                runtime.initialize_module(module, loader, optimizers.get(name, only))
 
     def train_epoch_begin(self, trainer: Any, loader: Any) -> None:
         """Tell the logic the epoch length, then call ``train_epoch_begin`` on the logic and
@@ -227,66 +263,66 @@ class Handler(BaseHandler):
         if hasattr(self._logic, "epoch_length"):
             self._logic.epoch_length = getattr(trainer, "train_len", None)
         super().train_epoch_begin(trainer, loader)
-        for module, runtime in self._train_runtimes:
+        for module, runtime in self._modules(trainer.models, "train_epoch_begin"):
             runtime.train_epoch_begin(module)
 
     def train_epoch_end(self, trainer: Any) -> None:
         """Call ``train_epoch_end`` on every runtime, then on the logic."""
-        for module, runtime in self._train_runtimes:
+        for module, runtime in self._modules(trainer.models, "train_epoch_end"):
             runtime.train_epoch_end(module)
         super().train_epoch_end(trainer)
 
     def train_validation_begin(self, trainer: Any, evaluator: Any) -> None:
         """Put the evaluator's models in evaluation mode (the logic) and tell their runtimes."""
         super().train_validation_begin(trainer, evaluator)
-        for module, runtime in self._runtime_modules(evaluator.models, "evaluator"):
+        for module, runtime in self._modules(evaluator.models, "train_validation_begin"):
             runtime.train_validation_begin(module)
 
     def train_validation_end(self, trainer: Any, evaluator: Any) -> None:
         """Tell the runtimes, and put the trainer's models back in training mode."""
-        for module, runtime in self._runtime_modules(evaluator.models, "evaluator"):
+        for module, runtime in self._modules(evaluator.models, "train_validation_end"):
             runtime.train_validation_end(module)
         super().train_validation_end(trainer, evaluator)
 
     def train_step(self, trainer: Any, batch_idx: int, batch: Any, complete_fn: CompleteFn) -> None:
-        """Runtime pre-step callbacks, batch conversion, the logic's step, then ``complete_fn``."""
-        for module, runtime in self._train_pre:
+        """Runtime pre-step callbacks, batch conversion, the logic's step and optimizer step,
+        then ``complete_fn``."""
+        models = trainer.models
+        for module, runtime in self._modules(models, "train_pre_step"):
             runtime.train_pre_step(trainer, module, batch_idx, batch)
         batch = self._entry_runtime.convert_batch(batch)
-        outputs = self._logic.train_step(trainer.models, trainer.optimizers, batch_idx, batch)
+        optimizers = trainer.optimizers
+        outputs = self._logic.train_step(models, optimizers, batch_idx, batch)
+        self._logic.train_step_optimizers(models, optimizers, batch_idx)
         complete_fn(batch_idx, outputs)
 
     def train_post_step(self, trainer: Any, batch_idx: int, batch: Any, outputs: Any) -> None:
-        """Runtime post-step callbacks, the optimizer step, and the ``train/<key>`` reports."""
-        for module, runtime in self._train_post:
+        """Runtime post-step callbacks and the ``train/<key>`` reports."""
+        for module, runtime in self._modules(trainer.models, "train_post_step"):
             runtime.train_post_step(trainer, module, batch_idx, batch, outputs)
-        self._logic.train_step_optimizers(trainer.models, trainer.optimizers, batch_idx)
         self._report(outputs, self._train_report_keys, "train")
 
     def train_cleanup(self, trainer: Any) -> None:
         """Call ``train_cleanup`` on every runtime."""
-        for module, runtime in self._train_runtimes:
+        for module, runtime in self._modules(trainer.models, "train_cleanup"):
             runtime.train_cleanup(module)
 
     # ------------------------------------------------------------------ evaluation
 
     def eval_setup(self, evaluator: Any, loader: Any) -> None:
-        """Check that every model was moved with ``ppe.to`` and initialize its runtimes.
-
-        Raises:
-            RuntimeError: A model has no runtime.
-        """
-        runtimes = self._runtime_modules(evaluator.models, "evaluator")
-        self._eval_pre = _overriding(runtimes, "eval_pre_step")
-        self._eval_post = _overriding(runtimes, "eval_post_step")
-        for module, runtime in runtimes:
-            runtime.initialize_module(module, loader)
+        """Initialize the runtime of every tagged module of the evaluator's models, as
+        ``initialize_module(module, loader, None)``. A model never moved with ``ppe.to`` is
+        moved to the evaluator's device first, with a warning."""
+        for _, module in self._setup_modules(evaluator.models, "evaluator"):
+            runtime = get_runtime(module)
+            if runtime is not None:
+                runtime.initialize_module(module, loader, None)
 
     def eval_step(
         self, evaluator: Any, batch_idx: int, batch: Any, complete_fn: CompleteFn
     ) -> None:
         """Runtime pre-step callbacks, batch conversion, the logic's step, then ``complete_fn``."""
-        for module, runtime in self._eval_pre:
+        for module, runtime in self._modules(evaluator.models, "eval_pre_step"):
             runtime.eval_pre_step(evaluator, module, batch_idx, batch)
         batch = self._entry_runtime.convert_batch(batch)
         outputs = self._logic.eval_step(evaluator.models, batch_idx, batch)
@@ -294,6 +330,6 @@ class Handler(BaseHandler):
 
     def eval_post_step(self, evaluator: Any, batch_idx: int, batch: Any, outputs: Any) -> None:
         """Runtime post-step callbacks and the ``val/<key>`` reports."""
-        for module, runtime in self._eval_post:
+        for module, runtime in self._modules(evaluator.models, "eval_post_step"):
             runtime.eval_post_step(evaluator, module, batch_idx, batch, outputs)
         self._report(outputs, self._eval_report_keys, "val")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import os
 import time
 import types
@@ -571,7 +573,8 @@ class _BaseExtensionsManager:
 
         PPE 0.9's keys: ``_start_iteration`` and ``_start_execution`` (the iteration),
         ``models``, ``optimizers``, ``extensions`` (each extension's and trigger's state),
-        ``state_objects`` and ``ppe_version`` (the version of ppe-training that wrote it);
+        ``state_objects`` and ``ppe_version`` (the version of pytorch-pfn-extras that wrote
+        it, as ``ppe.__version__``; ppe-training's own without the meta-package);
         and this project's own: ``elapsed_time`` and ``stop_trigger`` (its state and its
         last result). It is :meth:`training_state_dict` and :meth:`rank_state_dict` with
         the models' and optimizers' ``state_dict()``.
@@ -598,7 +601,7 @@ class _BaseExtensionsManager:
             "_start_iteration": self.iteration,
             "_start_execution": self.iteration,
             "extensions": {name: e.state_dict() for name, e in self._extensions.items()},
-            "ppe_version": __version__,
+            "ppe_version": ppe_version(),
             "elapsed_time": self.elapsed_time if self._start_time is not None else 0.0,
             "stop_trigger": {
                 "state": self._stop_trigger.state_dict(),
@@ -620,8 +623,8 @@ class _BaseExtensionsManager:
 
         Extensions and state objects missing from the snapshot, or present in it but not
         registered, are reported with a warning naming them; models and optimizers must
-        match. A snapshot written by another version (its ``ppe_version``) is loaded after
-        a warning naming both versions.
+        match. A snapshot written by another version (its ``ppe_version``), or by an
+        unknown one (no ``ppe_version``), is loaded after a warning naming both versions.
 
         Raises:
             ValueError: ``to_load`` is not a manager state, or its models or optimizers
@@ -693,11 +696,27 @@ def _iteration_of(to_load: Mapping[str, Any]) -> Any:
     return to_load.get("_start_iteration", to_load.get("iteration"))
 
 
+@functools.cache
+def ppe_version() -> str:
+    """The version manager states record as ``ppe_version``: that of pytorch-pfn-extras (the
+    meta-package, ``ppe.__version__``) where it is installed, as PPE 0.9 recorded its own,
+    else that of ppe-training."""
+    try:
+        return importlib.metadata.version("pytorch-pfn-extras")
+    except importlib.metadata.PackageNotFoundError:
+        return __version__
+
+
 def _warn_version(to_load: Mapping[str, Any]) -> None:
     version = to_load.get("ppe_version")
-    if version is not None and str(version) != __version__:
+    current = ppe_version()
+    if version is None or str(version) != current:
+        written = (
+            "an unknown version (it has no 'ppe_version')"
+            if version is None
+            else f"version {version}"
+        )
         message = (
-            f"loading a snapshot written by version {version} into version {__version__} "
-            "of ppe-training"
+            f"loading a snapshot written by {written} into version {current} of pytorch-pfn-extras"
         )
         warnings.warn(message, UserWarning, stacklevel=3)

@@ -56,14 +56,33 @@ class _Progress:
         self._out.flush()
 
 
+def _merge(outputs: Any, values: Any, metric: MetricFn) -> Any:
+    """``outputs`` with a metric's results added, as PPE does (a dict is updated in place)."""
+    if not isinstance(values, Mapping):
+        message = (
+            f"a metric must return a dict or None, got {type(values).__name__} from {metric!r}"
+        )
+        raise TypeError(message)
+    if isinstance(outputs, dict):
+        outputs.update(values)
+        return outputs
+    if isinstance(outputs, Mapping):
+        return {**outputs, **values}
+    message = (
+        f"the metric {metric!r} returned {sorted(values)}, which are added to the step's "
+        f"outputs, but the outputs are a {type(outputs).__name__}, not a dict"
+    )
+    raise TypeError(message)
+
+
 class Evaluator:
     """Runs evaluation steps over a loader and reports the means of what they reported.
 
     Create it with :func:`pytorch_pfn_extras.engine.create_evaluator`; the trainer runs it
     at its trigger, or call :meth:`run` yourself. Each step runs under ``torch.no_grad()``
     with the models in evaluation mode (their previous mode is restored afterwards); the
-    values reported during the steps (by the model, the handler's ``eval_report_keys`` or
-    the metrics) are averaged over the whole loader, each batch weighted by its size, so
+    values reported during the steps (by the model, or the handler's ``eval_report_keys``)
+    are averaged over the whole loader, each batch weighted by its size, so
     that a smaller last batch does not skew the result; the means are then reported to the
     current reporter (the trainer's, when the trainer runs it).
 
@@ -72,7 +91,9 @@ class Evaluator:
         models: A module, or a mapping of names to modules.
         progress_bar: Show the progress of each evaluation on standard output.
         metrics: Callables ``metric(batch, outputs)`` called after each step; a dict they
-            return is reported (e.g. :class:`~pytorch_pfn_extras.training.metrics.AccuracyMetric`).
+            return is added to the step's outputs before the handler's ``eval_post_step``,
+            as in PPE, so that ``eval_report_keys`` can name it (e.g.
+            :class:`~pytorch_pfn_extras.training.metrics.AccuracyMetric`'s ``"accuracy"``).
         profile: A ``torch.profiler.profile`` stepped after every evaluation step.
     """
 
@@ -117,8 +138,8 @@ class Evaluator:
         batch = self._batch
         for metric in self._metrics:
             values = metric(batch, outputs)
-            if isinstance(values, Mapping):
-                reporting.report(values)
+            if values is not None:
+                outputs = _merge(outputs, values, metric)
         self.handler.eval_post_step(self, batch_idx, batch, outputs)
 
     def run(
@@ -150,7 +171,7 @@ class Evaluator:
         ]
         for model in self.models.values():
             model.eval()
-        progress = _Progress(total, sys.stdout) if self._progress_bar else None
+        progress = _Progress(total, sys.stdout) if self._shows_progress() else None
         try:
             with torch.no_grad():
                 self.handler.eval_loop_begin(self)
@@ -165,6 +186,10 @@ class Evaluator:
         means = self._summarize(summary).compute_mean()
         reporting.report(means)
         return means
+
+    def _shows_progress(self) -> bool:
+        """Whether :meth:`run` shows its progress (``progress_bar=True``)."""
+        return self._progress_bar
 
     def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
         """The summary whose means :meth:`run` reports: this process's own."""
@@ -230,7 +255,8 @@ class DistributedEvaluator(Evaluator):
     Args:
         handler: The handler that runs the steps.
         models: A module, or a mapping of names to modules.
-        progress_bar: Show the progress of each evaluation on standard output.
+        progress_bar: Show the progress of each evaluation on standard output, on rank 0
+            only.
         metrics: Callables ``metric(batch, outputs)`` called after each step.
         profile: A ``torch.profiler.profile`` stepped after every evaluation step.
 
@@ -238,6 +264,12 @@ class DistributedEvaluator(Evaluator):
         RuntimeError: (at :meth:`run`) the job was started as several processes but
             torch.distributed is not initialized.
     """
+
+    def _shows_progress(self) -> bool:
+        """Rank 0 alone shows the progress (every rank evaluates at the same pace)."""
+        dist = torch.distributed
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        return self._progress_bar and rank == 0
 
     def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
         """The summary of every rank's values (a collective)."""

@@ -14,20 +14,23 @@ TransformModel = Callable[[str, torch.nn.Module], torch.nn.Module]
 
 
 def _by_name(
-    value: Any, what: str, check_item: Callable[[Any, str], None]
+    value: Any,
+    what: str,
+    check_item: Callable[[Any, str], None],
+    error: type[Exception] = TypeError,
 ) -> dict[str, Any] | None:
     """The named forms: a mapping of names to items (each checked), or ``[]`` (none); ``None``
     for a single item.
 
     Raises:
-        TypeError: A key that is not a string, or what ``check_item`` raises.
+        error: A key that is not a string; what ``check_item`` raises.
     """
     if isinstance(value, Mapping):
         result = dict(value)
         for name, item in result.items():
             if not isinstance(name, str):
                 message = f"{what} must be keyed by strings, got the key {name!r}"
-                raise TypeError(message)
+                raise error(message)
             check_item(item, f"{what}[{name!r}]")
         return result
     if isinstance(value, (list, tuple)) and not value:
@@ -36,14 +39,18 @@ def _by_name(
 
 
 def as_dict(value: Any, what: str, kind: type) -> dict[str, Any]:
-    """The ``kind`` objects by name: one (named ``"main"``), a mapping, or ``[]``."""
+    """The ``kind`` objects by name: one (named ``"main"``), a mapping, or ``[]``.
+
+    Raises:
+        ValueError: Anything else (PPE's exception type for bad ``models``).
+    """
 
     def check_item(item: Any, where: str) -> None:
         if not isinstance(item, kind):
             message = f"{where} must be a {kind.__name__}, got {type(item).__name__}"
-            raise TypeError(message)
+            raise ValueError(message)
 
-    named = _by_name(value, what, check_item)
+    named = _by_name(value, what, check_item, ValueError)
     if named is not None:
         return named
     if isinstance(value, kind):
@@ -52,7 +59,7 @@ def as_dict(value: Any, what: str, kind: type) -> dict[str, Any]:
         f"{what} must be a {kind.__name__} or a mapping of names to {kind.__name__}, "
         f"got {type(value).__name__}"
     )
-    raise TypeError(message)
+    raise ValueError(message)
 
 
 OPTIMIZER_METHODS = ("state_dict", "load_state_dict")

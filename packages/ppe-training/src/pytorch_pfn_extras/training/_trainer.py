@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -95,7 +97,7 @@ class _TrainerManager(ExtensionsManager):
         return state
 
     def load_rank_state_dict(self, to_load: Mapping[str, Any]) -> None:
-        super().load_rank_state_dict(to_load)
+        super().load_rank_state_dict(_renamed_state_objects(to_load, self.state_objects))
         self._trainer._load_position_state(to_load.get("trainer"))
 
     def begin_run(self, iters_per_epoch: int) -> None:
@@ -113,6 +115,26 @@ class _TrainerManager(ExtensionsManager):
         callback...): the extensions' ``on_error`` and finalizers run, as for an iteration."""
         if not self._failed and not self._finalized:
             self._fail_iteration(error, error.__traceback__)
+
+
+def _renamed_state_objects(
+    to_load: Mapping[str, Any], registered: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """``to_load`` with its state objects saved under the names of ppe-training 0.1
+    (``option/grad_scaler``) renamed to PPE's (``option__::__grad_scaler``), which the
+    trainer uses now (see ``ppe.engine.filter_state_objects``)."""
+    saved = to_load.get("state_objects")
+    if not saved:
+        return to_load
+    old_names = {
+        re.sub(r"\.__(\d+)__", r"/\1", name.replace("__::__", "/")): name
+        for name in registered
+        if name not in saved
+    }
+    if not old_names.keys() & saved.keys():
+        return to_load
+    renamed = {old_names.get(name, name): state for name, state in saved.items()}
+    return {**to_load, "state_objects": renamed}
 
 
 def _evaluator_entries(evaluator: EvaluatorsLike) -> dict[str, tuple[Evaluator, TriggerLike]]:
@@ -163,7 +185,8 @@ class Trainer:
         evaluator: An evaluator, an ``(evaluator, trigger)`` pair, a dict of them by name,
             or ``None``. The default trigger is ``(1, 'epoch')``.
         models: A module, or a mapping of names to modules.
-        profile: A ``torch.profiler.profile`` stepped after every iteration.
+        profile: A ``torch.profiler.profile``: :meth:`run` runs inside ``with profile:`` and
+            calls ``profile.step()`` after every iteration.
         **kwargs: Arguments of :class:`~pytorch_pfn_extras.training.ExtensionsManager`
             (``optimizers``, ``max_epochs``, ``extensions``, ``out_dir``, ``stop_trigger``,
             ``writer``, ``transform_model``, ``state_objects``...), except
@@ -374,12 +397,13 @@ class Trainer:
         self._train_len = length
         self._loader = train_loader
         self.handler.train_setup(self, train_loader)
-        try:
-            while not manager.stop_trigger:
-                self._run_epoch(train_loader, length)
-        except BaseException as error:
-            manager.abort(error)
-            raise
+        with _profiling(self._profile):
+            try:
+                while not manager.stop_trigger:
+                    self._run_epoch(train_loader, length)
+            except BaseException as error:
+                manager.abort(error)
+                raise
         self.handler.train_cleanup(self)
 
     def _epoch_iterator(self, loader: Iterable[Any], position: int) -> Iterator[Any]:
@@ -452,3 +476,11 @@ class Trainer:
 
 
 _EMPTY = object()
+
+
+def _profiling(profile: Any) -> contextlib.AbstractContextManager[Any]:
+    """The run's profile as a context (a ``torch.profiler.profile`` is started and stopped
+    around the run, as in PPE), or no context for an object with only ``step()``."""
+    if profile is None or not hasattr(type(profile), "__enter__"):
+        return contextlib.nullcontext()
+    return profile  # type: ignore[no-any-return]

@@ -47,7 +47,8 @@ class TimelineTrace(Extension):
     Args:
         trigger: When to write the events; each epoch by default.
         filename: Trace file under the output directory (``'chrome_trace.json'`` by default).
-        enable: Trigger that turns recording on; recording is on from the start when ``None``.
+        enable: Trigger that turns recording on. As in PPE 0.9, the tracer records from the
+            start (unless it was disabled before): the triggers only toggle it.
         disable: Trigger that turns recording off; never when ``None``.
         tracer: The tracer to write; the process-wide one by default (the one the manager
             and :func:`~pytorch_pfn_extras.profiler.record` use).
@@ -89,7 +90,6 @@ class TimelineTrace(Extension):
         self._filename = filename
         self._tracer = tracer
         self._writer: Writer | None = kwargs.get("writer")
-        self._resumed = False
 
     @property
     def tracer(self) -> Tracer:
@@ -99,11 +99,9 @@ class TimelineTrace(Extension):
         return self._tracer
 
     def initialize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Turn recording on (or off until ``enable`` fires); initialize an own writer."""
+        """Initialize an own writer (the tracer records as it is, from the start)."""
         if self._writer is not None:
             self._writer.initialize(manager.out)
-        if not self._resumed:  # a resumed run keeps the recording switch of its snapshot
-            self.tracer.enable(self._enable_trigger is None)
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Switch recording on or off, and write the events when the trigger fires."""
@@ -154,7 +152,6 @@ class TimelineTrace(Extension):
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
         """Restore a state returned by :meth:`state_dict`."""
         self.tracer.load_state_dict(to_load["tracer"])
-        self._resumed = True
         self._write_trigger.load_state_dict(to_load.get("trigger", {}))
         if self._enable_trigger is not None:
             self._enable_trigger.load_state_dict(to_load.get("enable", {}))
