@@ -27,8 +27,14 @@ state (the sum over the ranks, from ``VmHWM`` reset before each save), and the r
 sharded / baseline (target below 1) and async blocked / synchronous sharded (target below
 0.1). Files go to a temporary directory (``--dir``), removed at the end.
 
+With ``--device cuda`` the model, its optimizer state and the batches live on the GPUs (one
+rank per GPU, NCCL for the model's collectives and gloo for the benchmark's own): the saves copy
+the state from the device (the asynchronous one into pinned memory it keeps), and the timings
+of the synchronous saves and of the training steps include waiting for the device. On one GPU:
+``--device cuda --ranks 1``.
+
 Usage: ``python benchmarks/sharded_snapshot.py [--ranks 2 4] [--width 4096] [--layers 6]
-[--repeats 3] [--dir DIR]``; scale down with ``--width 1024`` on a small machine.
+[--repeats 3] [--dir DIR] [--device cpu]``; scale down with ``--width 1024`` on a small machine.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default="", help="where snapshots are written (a temp dir)")
+    parser.add_argument(
+        "--device", default="cpu", choices=["cpu", "cuda"], help="where the model is trained"
+    )
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -78,13 +87,16 @@ def _reset_peak() -> None:
         pass
 
 
-def _measure(action: Callable[[], Any]) -> tuple[float, float]:
-    """``(seconds until every rank finished, MiB this rank's peak RSS rose)``."""
+def _measure(action: Callable[[], Any], device: torch.device | None = None) -> tuple[float, float]:
+    """``(seconds until every rank finished, MiB this rank's peak RSS rose)``; with a CUDA
+    ``device``, until the device finished the work ``action`` queued too."""
     dist.barrier()
     _reset_peak()
     before = _rss_kib("VmRSS")
     start = time.perf_counter()
     action()
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
     elapsed = time.perf_counter() - start
     peak = _rss_kib("VmHWM") - before
     dist.barrier()
@@ -99,25 +111,34 @@ def _worker(args: argparse.Namespace) -> None:
         get_model_state_dict,
         get_optimizer_state_dict,
     )
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     from pytorch_pfn_extras.training import ExtensionsManager
     from pytorch_pfn_extras.training import extensions as ext
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+    timeout = datetime.timedelta(seconds=600)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        dist.init_process_group("cpu:gloo,cuda:nccl", timeout=timeout, device_id=device)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        *[torch.nn.Linear(args.width, args.width) for _ in range(args.layers)]
+        *[torch.nn.Linear(args.width, args.width, device=device) for _ in range(args.layers)]
     )
     for layer in model:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def train_step() -> None:
-        model(torch.randn(2, args.width)).sum().backward()
+        model(torch.randn(2, args.width, device=device)).sum().backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -164,19 +185,19 @@ def _worker(args: argparse.Namespace) -> None:
         shutil.rmtree(os.path.join(out, f"async_{args.repeats}"), ignore_errors=True)
     for repeat in range(args.repeats):
         manager.iteration = repeat
-        seconds, peak = _measure(lambda: sync(manager))
+        seconds, peak = _measure(lambda: sync(manager), device)
         record("sharded_s", seconds)
         record("sharded_mib", peak)
         shutil.rmtree(os.path.join(out, f"sync_{repeat}"), ignore_errors=True)
-        seconds, peak = _measure(baseline)
+        seconds, peak = _measure(baseline, device)
         record("baseline_s", seconds)
         record("baseline_mib", peak)
-        step, _ = _measure(train_step)
+        step, _ = _measure(train_step, device)
         record("step_s", step)
         seconds, peak = _measure(lambda: background(manager))
         record("blocked_s", seconds)
         record("async_mib", peak)
-        step, _ = _measure(train_step)
+        step, _ = _measure(train_step, device)
         record("step_after_s", step)
         done, _ = _measure(background.wait)  # type: ignore[attr-defined]
         record("async_total_s", seconds + step + done)
@@ -210,10 +231,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         _worker(args)
         return
+    if args.device == "cuda" and max(args.ranks) > torch.cuda.device_count():
+        message = (
+            f"--device cuda runs one rank per GPU: --ranks {max(args.ranks)} needs "
+            f"{max(args.ranks)} GPUs, this machine has {torch.cuda.device_count()}"
+        )
+        raise SystemExit(message)
     base = args.dir or tempfile.mkdtemp(prefix="ppe-sharded-bench-")
     print(
-        f"FSDP2 model of {args.layers} x Linear({args.width}, {args.width}) with Adam, "
-        f"median of {args.repeats}; snapshots in {base}"
+        f"FSDP2 model of {args.layers} x Linear({args.width}, {args.width}) with Adam on "
+        f"{args.device}, median of {args.repeats}; snapshots in {base}"
     )
     try:
         for ranks in args.ranks:
@@ -238,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
                 str(args.layers),
                 "--repeats",
                 str(args.repeats),
+                "--device",
+                args.device,
             ]
             process = subprocess.run(command, capture_output=True, text=True, check=False)
             lines = [line for line in process.stdout.splitlines() if line.startswith("RESULT ")]

@@ -105,11 +105,12 @@ def test_python_m_prints_every_component_torch_numpy_and_optional_versions() -> 
         assert lines[dist] == importlib.metadata.version(dist)
     # An optional dependency shows its version where installed, "not installed" elsewhere:
     # compared with what this machine has, never assumed absent.
-    try:
-        cupy_version = importlib.metadata.version("cupy-cuda12x")
-    except importlib.metadata.PackageNotFoundError:
-        cupy_version = "not installed"
-    assert lines["cupy-cuda12x"] == cupy_version
+    for cupy in ("cupy-cuda13x", "cupy-cuda12x"):
+        try:
+            cupy_version = importlib.metadata.version(cupy)
+        except importlib.metadata.PackageNotFoundError:
+            cupy_version = "not installed"
+        assert lines[cupy] == cupy_version
 
 
 def test_import_pulls_in_no_optional_dependency_or_compiler_stack() -> None:

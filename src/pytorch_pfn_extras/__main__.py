@@ -29,6 +29,7 @@ OPTIONAL = (
     "pandas",
     "pyyaml",
     "tensorboard",
+    "cupy-cuda13x",
     "cupy-cuda12x",
     "cupy-cuda11x",
     "onnx",

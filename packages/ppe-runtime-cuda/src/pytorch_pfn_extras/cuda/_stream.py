@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Generator
 
 import torch
@@ -44,8 +45,10 @@ def stream(stream: torch.cuda.Stream | None) -> Generator[None, None, None]:
             yield
             return
         device_index = stream.device_index
-        with (
-            cupy.cuda.Device(device_index),
-            cupy.cuda.ExternalStream(stream.cuda_stream, device_index),
-        ):
+        with warnings.catch_warnings():
+            # CuPy 14 deprecates ExternalStream for Stream.from_external (which wants the
+            # CUDA stream protocol); the handle of a torch stream works with both.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            external = cupy.cuda.ExternalStream(stream.cuda_stream, device_index)
+        with cupy.cuda.Device(device_index), external:
             yield
