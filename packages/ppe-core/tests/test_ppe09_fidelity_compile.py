@@ -1,4 +1,8 @@
-"""PPE 0.9 user code: ``ppe.compile`` without an optimizer, and ``ppe.ops.register`` graphs."""
+"""PPE 0.9 user code: ``ppe.compile`` without an optimizer, and ``ppe.ops.register`` graphs.
+
+``ppe.compile`` is ``ppe.runtime.compile`` here: ppe-core's tests run without the meta-package,
+which re-exports it.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import pytorch_pfn_extras as ppe
 import pytorch_pfn_extras.ops
+import pytorch_pfn_extras.runtime
 
 _ids = itertools.count()
 
@@ -47,7 +52,9 @@ def make_model() -> torch.nn.Sequential:
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "callable"])
 def test_compiled_forward_without_optimizer_backpropagates_like_eager(backend: str) -> None:
     model, reference = make_model(), make_model()
-    compiled = ppe.compile(model, backend=RecordingBackend() if backend == "callable" else backend)
+    compiled = ppe.runtime.compile(
+        model, backend=RecordingBackend() if backend == "callable" else backend
+    )
     for step in range(2):
         x = torch.randn(16, 4, generator=torch.Generator().manual_seed(step))
         out = compiled(x)
@@ -68,7 +75,7 @@ def test_compiled_forward_without_optimizer_backpropagates_like_eager(backend: s
 def test_the_default_backend_compiles_a_differentiable_forward() -> None:
     model, reference = make_model(), make_model()
     x = torch.randn(8, 4)
-    out = ppe.compile(model)(x)
+    out = ppe.runtime.compile(model)(x)
     expected = reference(x)
     out.sum().backward()
     expected.sum().backward()
@@ -81,7 +88,7 @@ def test_compiled_forward_is_differentiable_through_its_inputs_and_any_loss() ->
     model, reference = make_model(), make_model()
     upstream = torch.nn.Linear(3, 4)
     reference_upstream = copy.deepcopy(upstream)
-    compiled = ppe.compile(model, backend=RecordingBackend())
+    compiled = ppe.runtime.compile(model, backend=RecordingBackend())
     x = torch.randn(8, 3)
     loss = compiled(upstream(x)).pow(2).mean()
     reference_loss = reference(reference_upstream(x)).pow(2).mean()
@@ -94,7 +101,7 @@ def test_compiled_forward_is_differentiable_through_its_inputs_and_any_loss() ->
 
 def test_the_backend_compiles_the_forward_then_the_backward_on_the_first_backward() -> None:
     backend = RecordingBackend()
-    compiled = ppe.compile(make_model(), backend=backend)
+    compiled = ppe.runtime.compile(make_model(), backend=backend)
     out = compiled(torch.randn(8, 4))
     assert len(backend.graphs) == 1
     assert "aten.addmm.default" in _targets(backend.graphs[0])
@@ -107,10 +114,12 @@ def test_the_backend_compiles_the_forward_then_the_backward_on_the_first_backwar
 
 
 def test_no_grad_and_generate_backward_false_return_outputs_without_grad_fn() -> None:
-    compiled = ppe.compile(make_model().eval(), backend=RecordingBackend())
+    compiled = ppe.runtime.compile(make_model().eval(), backend=RecordingBackend())
     with torch.no_grad():
         assert compiled(torch.randn(2, 4)).grad_fn is None
-    forward_only = ppe.compile(make_model(), backend=RecordingBackend(), generate_backward=False)
+    forward_only = ppe.runtime.compile(
+        make_model(), backend=RecordingBackend(), generate_backward=False
+    )
     assert forward_only(torch.randn(2, 4)).grad_fn is None
 
 
@@ -130,9 +139,11 @@ class DataDependent(torch.nn.Module):
 def test_data_dependent_control_flow_raises_dynamo_unsupported(how: str) -> None:
     model = DataDependent()
     if how == "with_optimizer":
-        compiled = ppe.compile(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        compiled = ppe.runtime.compile(model, torch.optim.SGD(model.parameters(), lr=0.1))
     else:
-        compiled = ppe.compile(model, backend="eager", generate_backward=how != "forward_only")
+        compiled = ppe.runtime.compile(
+            model, backend="eager", generate_backward=how != "forward_only"
+        )
     x = torch.randn(2, 3)
     with pytest.raises(torch._dynamo.exc.Unsupported, match="depends on tensor values"):
         if how == "no_grad":
@@ -204,7 +215,7 @@ def test_ppe_compile_and_make_fx_graphs_hold_the_fwd_node() -> None:
     name, op = _register_scale_add()
     backend = RecordingBackend()
     model = ScaleAdd(op)
-    ppe.compile(model, backend=backend)(torch.ones(3)).sum().backward()
+    ppe.runtime.compile(model, backend=backend)(torch.ones(3)).sum().backward()
     forward, backward = backend.graphs
     assert f"ppe.{name}_fwd.default" in _targets(forward)
     assert f"ppe.{name}_bwd.default" in _targets(backward)
@@ -226,7 +237,9 @@ def test_a_registered_op_called_eagerly_is_still_differentiable() -> None:
 @pytest.mark.parametrize("backend", ["aot_eager", "callable"])
 def test_compiled_forward_without_optimizer_backpropagates_on_cuda(backend: str) -> None:
     model, reference = make_model().cuda(), make_model().cuda()
-    compiled = ppe.compile(model, backend=RecordingBackend() if backend == "callable" else backend)
+    compiled = ppe.runtime.compile(
+        model, backend=RecordingBackend() if backend == "callable" else backend
+    )
     x = torch.randn(8, 4, device="cuda")
     out = compiled(x)
     expected = reference(x)

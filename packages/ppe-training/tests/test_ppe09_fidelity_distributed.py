@@ -1,4 +1,4 @@
-"""ppe.distributed's shares of a dataset and DistributedEvaluator's progress bar, as in PPE 0.9.
+"""ppe.distributed's shares of a dataset and the DistributedEvaluators' progress bar, as in 0.9.
 
 The samplers take ``num_replicas`` and ``rank`` explicitly, without a process group. The
 progress bar test runs this module as the worker of two gloo ranks under torchrun:
@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 
 import pytorch_pfn_extras as ppe
+import pytorch_pfn_extras.engine
+import pytorch_pfn_extras.runtime
 from pytorch_pfn_extras.training import extensions
 
 SIZES = [1, 5, 7, 10, 11, 16, 100]
@@ -111,6 +113,22 @@ def _evaluator_output(loader: list[torch.Tensor]) -> tuple[str, dict[str, float]
     return out.getvalue(), {k: float(v) for k, v in result.items()}
 
 
+class _ReportsTheMean(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        ppe.reporting.report({"val/x": x.mean()})
+        return {"x": x}
+
+
+def _engine_evaluator_output(loader: list[torch.Tensor]) -> tuple[str, dict[str, float]]:
+    model = _ReportsTheMean()
+    ppe.runtime.to(model, "cpu")
+    evaluator = ppe.engine.create_evaluator(model, progress_bar=True, distributed=True)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        means = evaluator.run(loader)
+    return out.getvalue(), {k: float(v) for k, v in means.items()}
+
+
 def worker(out_dir: str) -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
@@ -119,9 +137,14 @@ def worker(out_dir: str) -> None:
         sampler = ppe.distributed.DistributedValidationSampler(data, shuffle=False)
         loader = list(torch.utils.data.DataLoader(data, batch_size=2, sampler=sampler))
         printed, means = _evaluator_output(loader)
-        Path(out_dir, f"rank{rank}.json").write_text(
-            json.dumps({"printed": printed, "means": means})
-        )
+        engine_printed, engine_means = _engine_evaluator_output(loader)
+        result = {
+            "printed": printed,
+            "means": means,
+            "engine_printed": engine_printed,
+            "engine_means": engine_means,
+        }
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
 
@@ -136,6 +159,10 @@ def test_distributed_evaluator_progress_bar_shows_on_rank_0_only(
     assert "3/3 iterations" in ranks[0]["printed"]  # rank 0 holds 0..4: 3 batches
     assert ranks[1]["printed"] == ""
     assert ranks[0]["means"] == ranks[1]["means"] == {"val/x": 4.5}
+    # the engine's (create_evaluator(distributed=True)) too
+    assert "validation [" in ranks[0]["engine_printed"]
+    assert ranks[1]["engine_printed"] == ""
+    assert ranks[0]["engine_means"] == ranks[1]["engine_means"] == {"val/x": 4.5}
 
 
 def test_distributed_evaluator_of_one_process_shows_its_progress_bar(

@@ -1,15 +1,15 @@
-"""PPE 0.9 user code against the engine: the trainer examples, handlers, logics, state names.
+"""PPE 0.9 user code against the engine: handlers, logics, state names, profile, versions.
 
 Each test is written as code for PPE 0.9 would be (public API only), and checks what 0.9 did.
+``ppe.to`` is ``ppe.runtime.to`` here: ppe-training's tests run without the meta-package, which
+re-exports it. PPE's trainer examples themselves run in ``tests/test_ppe09_trainer_examples.py``.
 """
 
 from __future__ import annotations
 
 import copy
-import io
 import types
 import warnings
-from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -22,174 +22,9 @@ import pytorch_pfn_extras.engine
 import pytorch_pfn_extras.handler
 import pytorch_pfn_extras.runtime
 import pytorch_pfn_extras.training
-from pytorch_pfn_extras.training import extensions
 
 # ``ppe.__version__`` (the meta-package's); ppe-training's own where it is installed alone
 PPE_VERSION = getattr(ppe, "__version__", ppe.training.__version__)
-
-
-class Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = torch.nn.Linear(8, 16)
-        self.fc2 = torch.nn.Linear(16, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.log_softmax(self.fc2(F.relu(self.fc1(x))), dim=1)
-
-
-class ModelWithLoss(torch.nn.Module):
-    """The shape of PPE's MNIST trainer example: a loss and the predicted labels."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, data: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
-        output = self.model(data)
-        loss = F.nll_loss(output, target)
-        return {"loss": loss, "output": output.argmax(dim=1, keepdim=True)}
-
-
-def digits(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 8, generator=g)
-    t = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
-    return [{"data": a, "target": b} for a, b in zip(x, t, strict=True)]
-
-
-def loaders() -> tuple[Any, Any]:
-    train = torch.utils.data.DataLoader(digits(96, 0), batch_size=32, shuffle=True)
-    test = torch.utils.data.DataLoader(digits(40, 1), batch_size=16)  # 16, 16 and 8
-    return train, test
-
-
-def expected_accuracy(model: torch.nn.Module, test_loader: Any) -> float:
-    model.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for batch in test_loader:
-            pred = model(batch["data"]).argmax(dim=1)
-            correct += int((pred == batch["target"]).sum())
-            total += len(batch["target"])
-    return correct / total
-
-
-def run_trainer_example(tmp_path: Path, logic: Any = None, move: bool = True) -> tuple[Any, str]:
-    """PPE's MNIST trainer example (train_mnist_trainer.py), on a small synthetic set."""
-    torch.manual_seed(0)
-    device = "cpu"
-    model = Net()
-    model_with_loss = ModelWithLoss(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
-    train_loader, test_loader = loaders()
-    my_extensions = [
-        extensions.LogReport(),
-        extensions.ProgressBar(),
-        extensions.observe_lr(optimizer=optimizer),
-        extensions.PrintReport(
-            ["epoch", "iteration", "train/loss", "lr", "val/loss", "val/accuracy"]
-        ),
-    ]
-    evaluator = ppe.engine.create_evaluator(
-        model_with_loss,
-        device=device,
-        progress_bar=True,
-        metrics=[ppe.training.metrics.AccuracyMetric("target", "output")],
-        options={"eval_report_keys": ["loss", "accuracy"]},
-        logic=copy.copy(logic),
-    )
-    trainer = ppe.engine.create_trainer(
-        model_with_loss,
-        optimizer,
-        3,
-        device=device,
-        extensions=my_extensions,
-        evaluator=evaluator,
-        options={"train_report_keys": ["loss"]},
-        logic=logic,
-        out_dir=str(tmp_path),
-    )
-    if move:
-        ppe.to(model_with_loss, device)
-    out = io.StringIO()
-    with redirect_stdout(out):
-        trainer.run(train_loader, test_loader)
-    log = trainer.manager.get_extension("LogReport").log
-    assert [entry["epoch"] for entry in log] == [1, 2, 3]
-    assert log[-1]["val/accuracy"] == pytest.approx(expected_accuracy(model, test_loader))
-    assert log[-1]["train/loss"] < log[0]["train/loss"]
-    printed = out.getvalue()
-    assert "val/accuracy" in printed.splitlines()[0] or "val/accuracy" in printed
-    return trainer, printed
-
-
-def test_ppe_mnist_trainer_example_reports_val_accuracy(tmp_path: Path) -> None:
-    trainer, printed = run_trainer_example(tmp_path)
-    log = trainer.manager.get_extension("LogReport").log
-    assert all(isinstance(entry["val/accuracy"], float) for entry in log)
-    header = next(line for line in printed.splitlines() if "val/accuracy" in line)
-    assert header.split() == ["epoch", "iteration", "train/loss", "lr", "val/loss", "val/accuracy"]
-    assert (tmp_path / "log").is_file()
-
-
-class CustomLogic(ppe.handler.Logic):
-    """PPE's custom-logic example: its own steps, through the public Logic API."""
-
-    def train_step(self, models: Any, optimizers: Any, batch_idx: int, batch: Any) -> Any:
-        model = models[self.model_name]
-        optimizers[self.model_name].zero_grad()
-        outs = model(**batch)
-        outs["loss"].backward()
-        return outs
-
-    def train_step_optimizers(self, models: Any, optimizers: Any, batch_idx: int) -> None:
-        optimizers[self.model_name].step()
-
-    def eval_step(self, models: Any, batch_idx: int, batch: Any) -> Any:
-        return models[self.model_name](**batch)
-
-
-def test_ppe_trainer_example_with_a_custom_logic_reports_val_accuracy(tmp_path: Path) -> None:
-    run_trainer_example(tmp_path, logic=CustomLogic())
-
-
-def test_a_model_never_moved_with_ppe_to_is_moved_to_the_device_with_one_warning(
-    tmp_path: Path,
-) -> None:
-    # PPE's custom-logic example forgets ppe.to on the CPU (0.9 fails there).
-    with pytest.warns(UserWarning, match=r"was not moved with ppe\.to") as record:
-        trainer, _ = run_trainer_example(tmp_path, logic=CustomLogic(), move=False)
-    moved = [w for w in record if "was not moved with ppe.to" in str(w.message)]
-    assert len(moved) == 1
-    assert "moving it to 'cpu'" in str(moved[0].message)
-    model = trainer.models["main"]
-    assert isinstance(ppe.runtime.get_runtime(model), ppe.runtime.PyTorchRuntime)
-
-
-def test_metric_results_are_reported_only_through_eval_report_keys(tmp_path: Path) -> None:
-    model = ModelWithLoss(Net())
-    ppe.to(model, "cpu")
-    _, test_loader = loaders()
-    seen: list[Any] = []
-
-    class Spy(ppe.handler.Handler):
-        def eval_post_step(self, evaluator: Any, batch_idx: int, batch: Any, outputs: Any) -> None:
-            seen.append(dict(outputs))  # the metric's result is already among the outputs
-            super().eval_post_step(evaluator, batch_idx, batch, outputs)
-
-    metric = ppe.training.metrics.AccuracyMetric("target", "output")
-    quiet = ppe.engine.create_evaluator(model, metrics=[metric], options={})
-    assert quiet.run(test_loader) == {}  # nothing asked for, nothing reported
-    asked = ppe.engine.create_evaluator(
-        model, metrics=[metric], options={"eval_report_keys": ["accuracy"]}, handler_class=Spy
-    )
-    means = asked.run(test_loader)
-    assert set(means) == {"val/accuracy"}
-    assert means["val/accuracy"] == pytest.approx(expected_accuracy(model.model, test_loader))
-    assert [sorted(outputs) for outputs in seen] == [["accuracy", "loss", "output"]] * 3
-    # a 0-d tensor (PPE 0.9: a float): the step does not wait for the device
-    assert all(outputs["accuracy"].shape == () for outputs in seen)
 
 
 # ---------------------------------------------------------------------- handler hooks
@@ -269,8 +104,8 @@ class RecordingLogic(ppe.handler.Logic):
 
 def test_every_handler_hook_finds_the_runtimes_without_a_setup_call() -> None:
     model = Regressor()
-    ppe.to(model, "cpu", runtime_class=Recorder)
-    ppe.to(model.head, "cpu", runtime_class=Recorder)  # a second runtime, below the first
+    ppe.runtime.to(model, "cpu", runtime_class=Recorder)
+    ppe.runtime.to(model.head, "cpu", runtime_class=Recorder)  # a second runtime, below the first
     events = Recorder.events = []
     handler = ppe.handler.Handler(ppe.handler.Logic(), Recorder("cpu", None), {})
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -309,7 +144,7 @@ def test_every_handler_hook_finds_the_runtimes_without_a_setup_call() -> None:
 
 def test_handler_train_step_runs_the_optimizer_step_before_complete_fn() -> None:
     model = Regressor()
-    ppe.to(model, "cpu", runtime_class=Recorder)
+    ppe.runtime.to(model, "cpu", runtime_class=Recorder)
     events = Recorder.events = []
     handler = ppe.handler.Handler(RecordingLogic(events), Recorder("cpu", None), {})
     trainer = types.SimpleNamespace(
@@ -335,7 +170,7 @@ def test_setup_initializes_each_module_with_its_optimizer_positionally(
     tmp_path: Path, optimizer_names: list[str], expected: str | None
 ) -> None:
     model = Regressor()
-    ppe.to(model, "cpu", runtime_class=Recorder)
+    ppe.runtime.to(model, "cpu", runtime_class=Recorder)
     events = Recorder.events = []
     optimizers = {name: torch.optim.SGD(model.parameters(), lr=0.1) for name in optimizer_names}
     handler = ppe.handler.Handler(ppe.handler.Logic(), Recorder("cpu", None), {})
@@ -376,7 +211,7 @@ def test_logic_backpropagates_only_one_element_float_outputs_with_a_grad_fn(
     model = ManyOutputs()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     trainer = ppe.engine.create_trainer(model, optimizer, 1, out_dir=str(tmp_path))
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     trainer.run([torch.tensor([1.0, 2.0, 3.0])])
     assert model.weight.grad is not None and model.weight.grad.tolist() == [1.0, 2.0, 3.0]
     assert model.extra.grad is None
@@ -388,7 +223,7 @@ def test_a_missing_backward_output_warns_and_training_goes_on(tmp_path: Path) ->
     trainer = ppe.engine.create_trainer(
         model, optimizer, 1, out_dir=str(tmp_path), options={"backward_outputs": ["nope", "loss"]}
     )
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     with pytest.warns(
         UserWarning, match=r"Couldn't find requested backward value: nope in dict_keys\(\['loss'"
     ):
@@ -407,7 +242,7 @@ def test_codeblock_logic_steps_every_optimizer_it_is_given(tmp_path: Path) -> No
     trainer = ppe.engine.create_trainer(
         model, optimizers, 1, logic=ppe.handler.CodeBlockLogic(), out_dir=str(tmp_path)
     )
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     trainer.run([regression_batch()])
     assert not torch.equal(model.body.weight, body.weight)
     assert not torch.equal(model.head.weight, head.weight)
@@ -451,7 +286,7 @@ def amp_trainer(tmp_path: Path) -> tuple[Any, torch.amp.GradScaler]:
     trainer = ppe.engine.create_trainer(
         model, optimizer, 2, out_dir=str(tmp_path), options={"grad_scaler": scaler}
     )
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     return trainer, scaler
 
 
@@ -536,7 +371,7 @@ def test_the_trainer_runs_inside_its_profile_and_steps_it_every_iteration(
         profile=profile,
         extensions=[lambda manager: seen.append(list(profile.events))],
     )
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     trainer.run([regression_batch()] * 3)
     assert profile.events == ["enter"] + ["step"] * 6 + ["exit"]
     assert seen[0] == ["enter"]  # the iteration runs inside the profile, stepped after it
@@ -552,7 +387,7 @@ def test_a_torch_profiler_given_to_the_trainer_records_the_run(tmp_path: Path) -
         out_dir=str(tmp_path),
         profile=profile,
     )
-    ppe.to(model, "cpu")
+    ppe.runtime.to(model, "cpu")
     trainer.run([regression_batch()] * 2)
     assert profile.step_num == 2
     names = {event.name for event in profile.events()}
@@ -583,14 +418,3 @@ def test_bad_models_raise_value_error(tmp_path: Path, models: Any) -> None:
         ppe.engine.create_trainer(models, {}, 1)
     with pytest.raises(ValueError, match="models"):
         ppe.engine.create_evaluator(models)
-
-
-def test_accuracy_metric_compares_on_the_device_of_the_outputs() -> None:
-    # The evaluator hands metrics the loader's batch (on the CPU) and the model's outputs (on
-    # the device): the labels follow the outputs.
-    metric = ppe.training.metrics.AccuracyMetric("t", "y")
-    batch = {"t": torch.tensor([0, 1, 1])}
-    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
-    on_meta = metric(batch, {"y": scores.to("meta")})["accuracy"]
-    assert on_meta.device.type == "meta"
-    assert metric(batch, {"y": scores})["accuracy"].item() == pytest.approx(2 / 3)
