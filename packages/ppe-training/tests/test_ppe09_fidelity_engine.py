@@ -418,3 +418,23 @@ def test_bad_models_raise_value_error(tmp_path: Path, models: Any) -> None:
         ppe.engine.create_trainer(models, {}, 1)
     with pytest.raises(ValueError, match="models"):
         ppe.engine.create_evaluator(models)
+
+
+def test_a_handler_driven_with_new_models_at_every_call_does_not_keep_them() -> None:
+    import gc
+    import weakref
+
+    handler = ppe.handler.Handler(ppe.handler.Logic(), Recorder("cpu", None), {})
+    Recorder.events = []
+    first: list[weakref.ref[torch.nn.Module]] = []
+    for _ in range(200):
+        model = Regressor()
+        ppe.runtime.to(model, "cpu", runtime_class=Recorder)
+        first.append(weakref.ref(model))
+        trainer = types.SimpleNamespace(models={"main": model}, epoch=0)
+        handler.train_epoch_end(trainer)  # found and called, then cached
+    del model, trainer
+    assert len(Recorder.events) == 200
+    Recorder.events = []  # they name the modules
+    gc.collect()
+    assert sum(ref() is not None for ref in first) <= 64 + 1  # the cache is bounded

@@ -13,6 +13,7 @@ from pytorch_pfn_extras.handler._logic_base import BaseLogic, Models
 from pytorch_pfn_extras.runtime import BaseRuntime, get_runtime, named_runtime_modules, to
 
 CompleteFn = Callable[[int, Any], None]
+_MAX_CACHED = 64  # (models, callback) entries kept by a Handler
 _RuntimeModules = list[tuple[torch.nn.Module, BaseRuntime]]
 
 
@@ -202,6 +203,8 @@ class Handler(BaseHandler):
                 if runtime is not None:
                     pairs.append((module, runtime))
         pairs = _overriding(pairs, callback)
+        if len(self._runtimes) >= _MAX_CACHED:  # a new mapping at every call: do not grow
+            self._runtimes.clear()
         self._runtimes[key] = self._last[callback] = (models, pairs)
         return pairs
 
