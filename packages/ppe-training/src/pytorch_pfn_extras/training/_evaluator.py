@@ -9,7 +9,7 @@ from typing import Any, TextIO
 import torch
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.distributed._collective import reduce_summary
+from pytorch_pfn_extras.distributed._collective import rank, reduce_summary
 from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
@@ -267,9 +267,7 @@ class DistributedEvaluator(Evaluator):
 
     def _shows_progress(self) -> bool:
         """Rank 0 alone shows the progress (every rank evaluates at the same pace)."""
-        dist = torch.distributed
-        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-        return self._progress_bar and rank == 0
+        return self._progress_bar and rank() == 0
 
     def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
         """The summary of every rank's values (a collective)."""

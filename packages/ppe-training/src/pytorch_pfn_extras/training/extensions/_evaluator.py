@@ -10,10 +10,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import torch
-import torch.distributed as dist
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.distributed._collective import is_initialized, reduce_summary
+from pytorch_pfn_extras.distributed._collective import rank, reduce_summary
 from pytorch_pfn_extras.runtime._batch import call_with_batch
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
@@ -604,6 +603,6 @@ class DistributedEvaluator(Evaluator):
         return reduce_summary(summary, "DistributedEvaluator")
 
     def _progress(self, status: IterationStatus) -> _EvaluationProgress | None:
-        if is_initialized() and dist.get_rank() != 0:
+        if rank() != 0:
             return None
         return super()._progress(status)
