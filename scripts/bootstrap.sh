@@ -16,8 +16,8 @@ pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep 
 pip install "torch==2.13.0"
 pip install -r requirements-dev.txt
 pip install \
-  -e "packages/ppe-core[tensorboard]" \
-  -e "packages/ppe-training[ignite,plot,slack,notebook,pandas,yaml,torchdata]" \
+  -e "packages/ppe-core[tensorboard,s3]" \
+  -e "packages/ppe-training[ignite,plot,slack,notebook,pandas,yaml,torchdata,s3]" \
   -e "packages/ppe-runtime-cuda" \
   -e "packages/ppe-onnx[runtime]" \
   -e "packages/ppe-config[optuna,yaml]" \

@@ -14,14 +14,17 @@ ROOT=$(pwd)
 LOGS=${ISOLATED_LOGS:-.venvs/logs}
 mkdir -p .venvs "$LOGS"
 TEST_DEPS=(pytest==9.2.0 pytest-xdist==3.8.0 hypothesis==6.170.15)
+# the local S3 server of the object-storage tests (ppe-core and ppe-training only: it stays
+# out of ppe-config's torch- and numpy-free environment)
+S3_TEST_DEPS=("moto[server]==5.2.5")
 
 wheel() { ls "$DIST"/"$(echo "$1" | tr - _)"-*.whl; }
 
 run_one() {
   local comp=$1 venv=.venvs/$1 reqs=()
   case $comp in
-    ppe-core)         reqs=("$(wheel ppe-core)[tensorboard]" torch==2.13.0) ;;
-    ppe-training)     reqs=("$(wheel ppe-core)[tensorboard]" "$(wheel ppe-training)[ignite,plot,slack,notebook,pandas,yaml,torchdata]" torch==2.13.0) ;;
+    ppe-core)         reqs=("$(wheel ppe-core)[tensorboard,s3]" torch==2.13.0 "${S3_TEST_DEPS[@]}") ;;
+    ppe-training)     reqs=("$(wheel ppe-core)[tensorboard,s3]" "$(wheel ppe-training)[ignite,plot,slack,notebook,pandas,yaml,torchdata,s3]" torch==2.13.0 "${S3_TEST_DEPS[@]}") ;;
     ppe-runtime-cuda) reqs=("$(wheel ppe-core)" "$(wheel ppe-runtime-cuda)" torch==2.13.0) ;;
     ppe-onnx)         reqs=("$(wheel ppe-core)" "$(wheel ppe-onnx)[runtime]" torch==2.13.0) ;;
     # without optuna (which needs numpy): the optuna tests run in the full suite

@@ -12,13 +12,24 @@ and process writers, ``max_pending`` for the queue writers);
 :class:`StandardWriter` and :class:`QueueWriter` are the bases to subclass for
 other kinds of workers (``create_worker``; ``create_queue``,
 ``create_consumer``, ``consume``).
+
+Every writer takes ``fs=``: the local filesystem by default, any object with the
+:class:`FileSystem` methods, a pfio file system or an fsspec one (S3 through
+``pfio.v2.from_url("s3://...")`` or ``s3fs.S3FileSystem``; see
+:class:`PfioFileSystem` and :class:`FsspecFileSystem`).
 """
 
 from __future__ import annotations
 
 from pytorch_pfn_extras.writing._atomic import is_temporary_file
 from pytorch_pfn_extras.writing._errors import RemoteTraceback
-from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
+from pytorch_pfn_extras.writing._fs import (
+    FileSystem,
+    FsspecFileSystem,
+    LocalFileSystem,
+    PfioFileSystem,
+    adapt_file_system,
+)
 from pytorch_pfn_extras.writing._process_queue_writer import ProcessQueueWriter
 from pytorch_pfn_extras.writing._queue_writer import QueueWriter, ThreadQueueWriter
 from pytorch_pfn_extras.writing._simple_writer import SimpleWriter
@@ -32,7 +43,9 @@ from pytorch_pfn_extras.writing._writer_base import Writer
 
 __all__ = [
     "FileSystem",
+    "FsspecFileSystem",
     "LocalFileSystem",
+    "PfioFileSystem",
     "ProcessQueueWriter",
     "ProcessWriter",
     "QueueWriter",
@@ -43,5 +56,6 @@ __all__ = [
     "ThreadQueueWriter",
     "ThreadWriter",
     "Writer",
+    "adapt_file_system",
     "is_temporary_file",
 ]

@@ -97,6 +97,11 @@ def remove_stale_temporaries(fs: FileSystem, directory: str) -> list[str]:
     has exited are removed; those of live writers, of this process, and of other
     hosts sharing the directory are kept (they never disturb a write).
 
+    A stale temporary that is a directory (a snapshot written as a directory
+    under a name from :func:`temporary_name`) is removed with
+    ``fs.remove_tree`` when ``fs`` has it, and left alone otherwise; failing to
+    remove one is not an error (the next scan tries again).
+
     Returns:
         The paths removed.
     """
@@ -117,12 +122,30 @@ def remove_stale_temporaries(fs: FileSystem, directory: str) -> list[str]:
         if pid == own_pid or not _process_is_gone(pid):
             continue
         path = os.path.join(directory, name)
+        if _remove_stale(fs, path):
+            removed.append(path)
+    return removed
+
+
+def _remove_stale(fs: FileSystem, path: str) -> bool:
+    isdir = getattr(fs, "isdir", None)
+    if not (callable(isdir) and isdir(path)):
         try:
             fs.remove(path)
         except FileNotFoundError:  # another writer cleaned it first
-            continue
-        removed.append(path)
-    return removed
+            return False
+        except IsADirectoryError:  # a file system without isdir
+            pass
+        else:
+            return True
+    remove_tree = getattr(fs, "remove_tree", None)
+    if not callable(remove_tree):
+        return False
+    try:
+        remove_tree(path)
+    except Exception:  # e.g. a file in it owned by someone else: left for the next scan
+        return False
+    return True
 
 
 def _sync_file(fs: FileSystem, fileobj: IO[Any]) -> None:

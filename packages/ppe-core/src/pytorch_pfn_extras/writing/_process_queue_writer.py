@@ -26,7 +26,6 @@ from pytorch_pfn_extras.writing._errors import (
     decode_exception,
     encode_exception,
 )
-from pytorch_pfn_extras.writing._fs import FileSystem
 from pytorch_pfn_extras.writing._mp import (
     MPContext,
     fork_guard,
@@ -153,7 +152,7 @@ class ProcessQueueWriter(QueueWriter):
     def __init__(
         self,
         savefun: SaveFun | None = torch.save,
-        fs: FileSystem | None = None,
+        fs: Any = None,
         out_dir: str = "",
         task: Task | None = None,
         *,

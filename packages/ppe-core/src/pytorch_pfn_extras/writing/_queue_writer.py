@@ -15,7 +15,6 @@ import torch
 
 from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.writing._errors import Failures, add_note
-from pytorch_pfn_extras.writing._fs import FileSystem
 from pytorch_pfn_extras.writing._mp import fork_guard
 from pytorch_pfn_extras.writing._simple_writer import SimpleWriter
 from pytorch_pfn_extras.writing._snapshot import snapshot
@@ -138,7 +137,7 @@ class QueueWriter(Writer):
     def __init__(
         self,
         savefun: SaveFun | None = torch.save,
-        fs: FileSystem | None = None,
+        fs: Any = None,
         out_dir: str = "",
         task: Task | None = None,
         *,

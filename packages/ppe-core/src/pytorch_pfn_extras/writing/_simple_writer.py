@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from pytorch_pfn_extras.writing._atomic import save_to_bytes
-from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
+from pytorch_pfn_extras.writing._fs import LocalFileSystem
 from pytorch_pfn_extras.writing._writer_base import (
     SaveFun,
     Writer,
@@ -50,7 +50,7 @@ class SimpleWriter(Writer):
     def __init__(
         self,
         savefun: SaveFun | None = torch.save,
-        fs: FileSystem | None = None,
+        fs: Any = None,
         out_dir: str = "",
         **kwds: Any,
     ) -> None:

@@ -10,7 +10,6 @@ from typing import Any, NamedTuple, Protocol
 import torch
 
 from pytorch_pfn_extras.writing._errors import Failures, add_note, decode_exception
-from pytorch_pfn_extras.writing._fs import FileSystem
 from pytorch_pfn_extras.writing._mp import (
     MPContext,
     fork_guard,
@@ -86,7 +85,7 @@ class StandardWriter(Writer):
     def __init__(
         self,
         savefun: SaveFun | None = torch.save,
-        fs: FileSystem | None = None,
+        fs: Any = None,
         out_dir: str = "",
         **kwds: Any,
     ) -> None:
@@ -409,7 +408,7 @@ class ProcessWriter(StandardWriter):
     def __init__(
         self,
         savefun: SaveFun | None = torch.save,
-        fs: FileSystem | None = None,
+        fs: Any = None,
         out_dir: str = "",
         *,
         mp_context: MPContext = None,

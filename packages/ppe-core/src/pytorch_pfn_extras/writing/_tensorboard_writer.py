@@ -10,7 +10,6 @@ from typing import Any
 import numpy
 import torch
 
-from pytorch_pfn_extras.writing._fs import FileSystem
 from pytorch_pfn_extras.writing._writer_base import SaveFun, Writer, _path_str
 
 __all__ = ["TensorBoardWriter"]
@@ -68,7 +67,7 @@ class TensorBoardWriter(Writer):
     def __init__(
         self,
         savefun: SaveFun | None = None,
-        fs: FileSystem | None = None,
+        fs: Any = None,
         out_dir: str = "",
         stats: Iterable[str] | None = None,
         **kwds: Any,

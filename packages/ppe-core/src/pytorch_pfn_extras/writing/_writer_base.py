@@ -16,7 +16,7 @@ from pytorch_pfn_extras.writing._atomic import (
     write_atomic,
     write_in_place,
 )
-from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
+from pytorch_pfn_extras.writing._fs import FileSystem, adapt_file_system
 
 __all__ = ["PostSaveHook", "SaveFun", "Writer", "check_savefun", "resolve_savefun"]
 
@@ -37,23 +37,6 @@ def check_savefun(savefun: Any, owner: str) -> SaveFun:
 def resolve_savefun(savefun: Any, owner: str) -> SaveFun:
     """``torch.save`` for ``None`` (as in PPE), else ``savefun`` checked by :func:`check_savefun`."""
     return torch.save if savefun is None else check_savefun(savefun, owner)
-
-
-def _check_fs(fs: Any, owner: str) -> FileSystem:
-    if fs is None:
-        return LocalFileSystem()
-    if not isinstance(fs, FileSystem):
-        missing = [
-            name
-            for name in ("open", "exists", "makedirs", "rename", "remove", "listdir")
-            if not callable(getattr(fs, name, None))
-        ]
-        message = (
-            f"{owner}: fs must provide open, exists, makedirs, rename, remove and listdir; "
-            f"{fs!r} lacks {', '.join(missing)}"
-        )
-        raise TypeError(message)
-    return fs
 
 
 def _path_str(value: Any, what: str, owner: str) -> str:
@@ -83,19 +66,24 @@ class Writer(abc.ABC):
     on exit.
 
     Args:
-        fs: Filesystem to write to (see :class:`FileSystem`); the local
-            filesystem by default.
+        fs: Filesystem to write to: an object with the :class:`FileSystem`
+            methods, a pfio file system (``pfio.v2.from_url("s3://bucket/prefix")``)
+            or an fsspec one (``s3fs.S3FileSystem(...)``); the local filesystem
+            by default.
         out_dir: Default output directory, set again by :meth:`initialize`.
 
     Attributes:
-        fs: The filesystem written to.
+        fs: The filesystem written to: ``fs`` itself when it has the
+            :class:`FileSystem` methods, else its adapter
+            (:class:`PfioFileSystem` or :class:`FsspecFileSystem`, whose
+            ``wrapped`` is the object given); :class:`LocalFileSystem` by default.
         out_dir: The output directory given at construction or to
             :meth:`initialize`.
     """
 
-    def __init__(self, fs: FileSystem | None = None, out_dir: str = "") -> None:
+    def __init__(self, fs: Any = None, out_dir: str = "") -> None:
         owner = type(self).__name__
-        self.fs: FileSystem = _check_fs(fs, owner)
+        self.fs: FileSystem = adapt_file_system(fs, owner)
         self.out_dir: str = _path_str(out_dir, "out_dir", owner)
         self._scanned_dirs: set[str] = set()
         self._post_save_hooks: list[PostSaveHook] = []
