@@ -5,7 +5,11 @@ object and LogReport for ``--epochs`` epochs of 4 iterations, with
 ``snapshot(snapshot_mode=--mode, autoload=True)`` every 2 iterations. The global batch of 4
 rows depends only on the iteration and is split between the ranks, whose gradients are
 averaged (by FSDP2, DDP, or by hand for a plain model), so every world size dividing 4 trains
-the same weights. ``--stop-at N`` ends the run after iteration N (a preempted job). Rank 0
+the same weights. ``--stop-at N`` ends the run after iteration N (a preempted job); with
+``--write-ppe09`` the run takes no snapshot but writes, at that point, what PPE 0.9's
+``--mode`` would have written (DISTRIBUTED: rank 0's ``manager.state_dict()`` as the file
+``snapshot_iter_N``; SHARDED: each rank's as ``snapshot_iter_N/<rank>``, then an empty
+``complete``), laid out from 0.9's description with ``torch.save``. Rank 0
 writes ``--result`` (the full weights, the iteration and LogReport's log) with torch.save.
 Started without torch.distributed.run it runs in one process without a process group.
 """
@@ -78,7 +82,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--model", choices=["fsdp", "ddp", "plain"], default="plain")
-    parser.add_argument("--mode", choices=["SHARDED", "DISTRIBUTED"], default="SHARDED")
+    parser.add_argument("--mode", choices=["SHARDED", "DISTRIBUTED", "DEFAULT"], default="SHARDED")
+    parser.add_argument(
+        "--s3", default="", help="CLIENT:ENDPOINT (pfio or s3fs): OUT_DIR is on that S3 server"
+    )
+    parser.add_argument("--write-ppe09", action="store_true")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--stop-at", type=int, default=0)
     parser.add_argument("--result", default="")
@@ -106,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         iters_per_epoch=ITERS_PER_EPOCH,
         out_dir=args.out,
         state_objects={"scheduler": scheduler, "note": RankNote(rank)},
+        writer=s3_writer(args.s3) if args.s3 else None,
     )
     manager.extend(
         ext_module.LogReport(trigger=(1, "iteration"), filename="log" if rank == 0 else None)
@@ -113,12 +122,14 @@ def main(argv: list[str] | None = None) -> None:
     skip = rank == args.skip_rank
     snapshot = ext_module.snapshot(
         snapshot_mode=ext_module.SnapshotMode[args.mode],
+        saver_rank=0 if args.mode == "DEFAULT" and distributed else None,
         autoload=True,
         n_retains=args.n_retains,
         async_save=args.async_save,
         condition=lambda: not skip,
     )
-    manager.extend(snapshot, trigger=(2, "iteration"))
+    if not args.write_ppe09:
+        manager.extend(snapshot, trigger=(2, "iteration"))
     if rank == args.kill_rank:
         arm_kill(args.kill_at)
 
@@ -127,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
         while not manager.stop_trigger:
             if args.stop_at and manager.iteration >= args.stop_at:
                 manager.finalize()  # a preempted job that ends cleanly
+                if args.write_ppe09:
+                    write_ppe09(manager, args.out, args.mode, rank)
                 break
             x, t = batch(manager.iteration)
             with manager.run_iteration():
@@ -165,6 +178,40 @@ def main(argv: list[str] | None = None) -> None:
             dist.destroy_process_group()
 
 
+def s3_writer(spec: str) -> Any:
+    """A writer to the S3 server of ``spec`` (``pfio:http://...`` or ``s3fs:http://...``):
+    OUT_DIR is ``bucket/prefix`` (s3fs) or a prefix of the bucket given in the URL (pfio)."""
+    from pytorch_pfn_extras import writing
+
+    client, _, endpoint = spec.partition(":")
+    if client == "pfio":
+        import pfio
+
+        bucket = os.environ["PPE_TEST_BUCKET"]
+        return writing.SimpleWriter(fs=pfio.v2.from_url(f"s3://{bucket}", endpoint=endpoint))
+    import s3fs
+
+    return writing.SimpleWriter(fs=s3fs.S3FileSystem(endpoint_url=endpoint))
+
+
+def write_ppe09(manager: ExtensionsManager, out: str, mode: str, rank: int) -> None:
+    """Write the snapshot PPE 0.9 writes in ``mode`` at the manager's iteration."""
+    path = os.path.join(out, f"snapshot_iter_{manager.iteration}")
+    state = manager.state_dict()
+    if mode == "DISTRIBUTED":
+        if rank == 0:
+            torch.save(state, path)
+    else:
+        os.makedirs(path, exist_ok=True)
+        torch.save(state, os.path.join(path, str(rank)))
+        if dist.is_initialized():
+            dist.barrier()
+        if rank == 0:
+            open(os.path.join(path, "complete"), "wb").close()
+    if dist.is_initialized():
+        dist.barrier()
+
+
 def arm_kill(at_iteration: int) -> None:
     """SIGKILL this process once it wrote its shard of the snapshot of ``at_iteration``,
     before the snapshot is committed (fault injection into DCP's file writer)."""
@@ -174,7 +221,11 @@ def arm_kill(at_iteration: int) -> None:
 
     def write_data(self: Any, plan: Any, planner: Any) -> Any:
         future = original(self, plan, planner)
-        if f"snapshot_iter_{at_iteration}.tmp-" in str(self.path):
+        # A temporary on a local disk, the snapshot's own directory on object storage.
+        path = str(self.path).rstrip("/")
+        if f"snapshot_iter_{at_iteration}.tmp-" in path or path.endswith(
+            f"/snapshot_iter_{at_iteration}"
+        ):
             future.wait()
             os.kill(os.getpid(), signal.SIGKILL)
         return future

@@ -7,6 +7,7 @@ test_sharded_snapshot_dist.py; here the same extension runs without a process gr
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from pytorch_pfn_extras.training import ExtensionsManager
 from pytorch_pfn_extras.training import extensions as ext_module
 from pytorch_pfn_extras.training.convert_snapshot import main as convert
 from pytorch_pfn_extras.training.convert_snapshot import sharded_to_file
+from pytorch_pfn_extras.writing._atomic import temporary_name
 
 SHARDED = ext_module.SnapshotMode.SHARDED
 DISTRIBUTED = ext_module.SnapshotMode.DISTRIBUTED
@@ -127,18 +129,30 @@ def test_n_retains_removes_old_directories_only_after_the_commit(tmp_path: Path)
     ]
 
 
+def _temporary_of_a_gone_process(base: str) -> str:
+    # ppe-core's temporary name (.{base}.tmp-{host}-{pid}-{random}) with the pid of a
+    # process of this host that has exited: what a killed job leaves.
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    prefix, _pid, random_part = temporary_name(base).rsplit("-", 2)
+    return f"{prefix}-{process.pid}-{random_part}"
+
+
 def test_autoload_ignores_and_removes_uncommitted_temporaries(tmp_path: Path) -> None:
     manager, model = _build(tmp_path)
     _train(manager, model, 4)
     # A snapshot whose ranks did not all finish: never renamed, so never loaded.
-    partial = tmp_path / ".snapshot_iter_6.tmp-0123456789abcdef"
+    partial = tmp_path / _temporary_of_a_gone_process("snapshot_iter_6")
     shutil.copytree(tmp_path / "snapshot_iter_4", partial)
     (partial / "ppe_snapshot.json").unlink()
+    live = tmp_path / temporary_name("snapshot_iter_8")  # this process's: still writing
+    live.mkdir()
     (tmp_path / ".other.tmp-1").mkdir()  # not a snapshot's: left alone
     resumed, _resumed_model = _build(tmp_path)
     resumed.start_extensions()
     assert resumed.iteration == 4
     assert not partial.exists()
+    assert live.exists()
     assert (tmp_path / ".other.tmp-1").exists()
 
 
@@ -163,7 +177,11 @@ def test_truncated_shard_and_missing_manifest_are_errors(tmp_path: Path) -> None
     with pytest.raises(FileNotFoundError, match=r"__0_0\.distcp .* is truncated \(100 of"):
         _build(tmp_path)[0].start_extensions()
     (tmp_path / "snapshot_iter_4" / "ppe_snapshot.json").unlink()
-    with pytest.raises(FileNotFoundError, match=r"snapshot_iter_4' has no ppe_snapshot\.json"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"snapshot_iter_4' is a sharded snapshot without its ppe_snapshot\.json \(its "
+        r"ranks' files only: it never committed, or lost its manifest\); snapshot\(",
+    ):
         _build(tmp_path)[0].start_extensions()
 
 
@@ -238,9 +256,9 @@ def test_async_save_lets_training_go_on_while_the_shards_are_written(
 def _slow_deferred_copy(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> None:
     # The optimizer state's copy, which async_save makes after the call returns, held back
     # long enough for the training loop to reach the next optimizer step before it is done.
-    from pytorch_pfn_extras.training.extensions import _dcp_state
+    from pytorch_pfn_extras.training._snapshots import _staging
 
-    original = _dcp_state._copy_checked
+    original = _staging._copy_checked
 
     def copy_checked(*args: Any) -> None:
         time.sleep(0.2)
@@ -249,7 +267,7 @@ def _slow_deferred_copy(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> N
         finally:
             events.append("copied")
 
-    monkeypatch.setattr(_dcp_state, "_copy_checked", copy_checked)
+    monkeypatch.setattr(_staging, "_copy_checked", copy_checked)
 
 
 def _optimizer_state(state: dict[str, Any]) -> dict[int, dict[str, torch.Tensor]]:
@@ -353,7 +371,7 @@ def full_disk(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     return lambda: monkeypatch.setattr(FileSystemWriter, "write_data", original)
 
 
-def test_failed_write_is_an_error_and_leaves_only_a_temporary(
+def test_failed_write_is_an_error_and_leaves_nothing(
     tmp_path: Path, full_disk: Callable[[], None]
 ) -> None:
     manager, model = _build(tmp_path)
@@ -363,12 +381,11 @@ def test_failed_write_is_an_error_and_leaves_only_a_temporary(
         r"rank 0: OSError: disk full \(injected\)",
     ):
         _train(manager, model)
-    assert next(n for n in _names(tmp_path) if "snapshot" in n).startswith(".snapshot_iter_2.tmp-")
+    assert not [n for n in _names(tmp_path) if "snapshot" in n]  # its temporary removed
     full_disk()  # space again
     resumed, _resumed_model = _build(tmp_path)
-    resumed.start_extensions()  # nothing to resume from; the temporary goes
+    resumed.start_extensions()  # nothing to resume from
     assert resumed.iteration == 0
-    assert not [n for n in _names(tmp_path) if "snapshot" in n]
 
 
 def test_async_save_failure_surfaces_at_the_next_save(
@@ -382,7 +399,7 @@ def test_async_save_failure_surfaces_at_the_next_save(
         match=r"asynchronous snapshot 'snapshot_iter_2' failed: rank 0: OSError: disk full",
     ):
         _train(manager, model, 1)  # iteration 4 saves again: the failure of 2 is raised
-    assert not any(n.startswith("snapshot_iter") for n in _names(tmp_path))
+    assert not [n for n in _names(tmp_path) if "snapshot_iter" in n]  # nor a temporary
 
 
 def test_async_save_failure_surfaces_at_finalize(
@@ -394,12 +411,29 @@ def test_async_save_failure_surfaces_at_finalize(
         _train(manager, model)  # the stop trigger finalizes, which waits for the save
 
 
-def test_distributed_mode_writes_each_ranks_file_and_resumes(tmp_path: Path) -> None:
+def _ppe01_distributed_directory(path: Path, states: list[dict[str, Any]]) -> None:
+    # What ppe-training 0.1 wrote in SnapshotMode.DISTRIBUTED: each rank's state_dict() as
+    # rank_<r>.pt and the manifest, in one directory.
+    path.mkdir()
+    for rank, state in enumerate(states):
+        torch.save(state, path / f"rank_{rank}.pt")
+    manifest = {
+        "format": "pytorch-pfn-extras collective snapshot",
+        "mode": "DISTRIBUTED",
+        "world_size": len(states),
+        "content": "manager",
+        "iteration": int(states[0]["_start_iteration"]),
+        "ppe_version": "0.1.0",
+    }
+    (path / "ppe_snapshot.json").write_text(json.dumps(manifest))
+
+
+def test_distributed_mode_writes_one_default_file_and_resumes(tmp_path: Path) -> None:
     snap = ext_module.snapshot(snapshot_mode=DISTRIBUTED, autoload=True)
     manager, model = _build(tmp_path, snapshot=snap)
     _train(manager, model, 5)
-    assert _names(tmp_path / "snapshot_iter_4") == ["ppe_snapshot.json", "rank_0.pt"]
-    state = torch.load(tmp_path / "snapshot_iter_4" / "rank_0.pt", weights_only=True)
+    assert (tmp_path / "snapshot_iter_4").is_file()  # PPE 0.9's DISTRIBUTED: the DEFAULT file
+    state = torch.load(tmp_path / "snapshot_iter_4", weights_only=True)
     assert state["_start_iteration"] == 4
     resumed, resumed_model = _build(
         tmp_path, snapshot=ext_module.snapshot(snapshot_mode=DISTRIBUTED, autoload=True)
@@ -407,10 +441,31 @@ def test_distributed_mode_writes_each_ranks_file_and_resumes(tmp_path: Path) -> 
     resumed.start_extensions()
     assert resumed.iteration == 4
     torch.testing.assert_close(resumed_model[0].weight, state["models"]["main"]["0.weight"])
-    # A SHARDED snapshot extension does not take a DISTRIBUTED directory for its own.
+    # A SHARDED snapshot extension does not take a snapshot file for its own.
     sharded, _ = _build(tmp_path)
-    with pytest.raises(ValueError, match=r"SnapshotMode\.DISTRIBUTED, but this snapshot\("):
+    with pytest.raises(FileNotFoundError, match=r"snapshot_iter_4' is a file \(a DEFAULT or"):
         sharded.start_extensions()
+
+
+def test_distributed_mode_still_loads_the_directories_of_ppe_training_0_1(tmp_path: Path) -> None:
+    manager, model = _build(tmp_path / "source", snapshot=ext_module.snapshot())
+    _train(manager, model, 4)
+    state = torch.load(tmp_path / "source" / "snapshot_iter_4", weights_only=True)
+    _ppe01_distributed_directory(tmp_path / "snapshot_iter_4", [state])
+    resumed, resumed_model = _build(
+        tmp_path, snapshot=ext_module.snapshot(snapshot_mode=DISTRIBUTED, autoload=True)
+    )
+    resumed.start_extensions()
+    assert resumed.iteration == 4
+    torch.testing.assert_close(resumed_model[0].weight, model[0].weight)
+    # Written by two ranks: each rank's own state, which one process cannot take over.
+    _ppe01_distributed_directory(tmp_path / "snapshot_iter_6", [state, state])
+    other, _ = _build(
+        tmp_path, snapshot=ext_module.snapshot(snapshot_mode=DISTRIBUTED, autoload=True)
+    )
+    with pytest.warns(UserWarning, match=r"resumes only on 2 ranks, not 1"):
+        other.start_extensions()
+    assert other.iteration == 4  # fell back to the loadable one
 
 
 def test_snapshot_object_in_sharded_mode_saves_the_target(tmp_path: Path) -> None:
@@ -499,7 +554,7 @@ def test_async_snapshot_object_saves_each_state_as_it_was_when_called(tmp_path: 
         (
             {"snapshot_mode": SHARDED, "savefun": torch.save},
             TypeError,
-            "savefun and writer apply to SnapshotMode.DEFAULT only",
+            "not through a savefun; savefun applies to SnapshotMode.DEFAULT and DISTRIBUTED",
         ),
         (
             {"snapshot_mode": SHARDED, "snapshot_on_error": True},
@@ -578,10 +633,15 @@ def test_converter_turns_a_file_into_a_sharded_snapshot_that_resumes(tmp_path: P
 def test_converter_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert convert([str(tmp_path / "nothing"), str(tmp_path / "out")]) == 1
     assert "nothing' does not exist" in capsys.readouterr().err
-    manager, model = _build(tmp_path, snapshot=ext_module.snapshot(snapshot_mode=DISTRIBUTED))
+    manager, model = _build(tmp_path / "source", snapshot=ext_module.snapshot())
     _train(manager, model, 2)
+    state = torch.load(tmp_path / "source" / "snapshot_iter_2", weights_only=True)
+    _ppe01_distributed_directory(tmp_path / "snapshot_iter_2", [state])
     assert convert([str(tmp_path / "snapshot_iter_2"), str(tmp_path / "x.pt")]) == 1
     assert "is a DISTRIBUTED snapshot, not a SHARDED one" in capsys.readouterr().err
+    (tmp_path / "unknown").mkdir()
+    assert convert([str(tmp_path / "unknown"), str(tmp_path / "y.pt")]) == 1
+    assert "unknown' is a directory that is not a complete snapshot" in capsys.readouterr().err
     (tmp_path / "file.pt").write_bytes(b"")
     torch.save({"a": torch.ones(1)}, tmp_path / "file.pt")
     assert convert([str(tmp_path / "file.pt"), str(tmp_path / "snapshot_iter_2")]) == 1
@@ -610,3 +670,57 @@ def test_importing_training_does_not_import_torch_distributed_checkpoint() -> No
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
     assert process.stdout.strip() == "False", process.stderr
+
+
+@pytest.mark.parametrize("mode", [SHARDED, DISTRIBUTED, ext_module.SnapshotMode.DEFAULT])
+def test_a_name_taken_by_what_a_snapshot_cannot_read_is_an_error_and_it_stays(
+    tmp_path: Path, mode: Any
+) -> None:
+    # The user's own directory where the snapshot of iteration 2 goes.
+    (tmp_path / "snapshot_iter_2").mkdir()
+    (tmp_path / "snapshot_iter_2" / "notes.txt").write_text("mine")
+    manager, model = _build(tmp_path, snapshot=ext_module.snapshot(snapshot_mode=mode))
+    with pytest.raises(
+        FileExistsError,
+        match=r"snapshot_iter_2' is a directory that is not a complete snapshot .*a snapshot "
+        r"never replaces .*move it away, or choose another filename",
+    ):
+        _train(manager, model, 2)
+    assert _names(tmp_path / "snapshot_iter_2") == ["notes.txt"]
+    assert not [n for n in _names(tmp_path) if ".tmp-" in n]
+
+
+def test_a_sharded_snapshot_never_replaces_a_file_of_its_name(tmp_path: Path) -> None:
+    (tmp_path / "snapshot_iter_2").write_bytes(b"not ours")
+    manager, model = _build(tmp_path, snapshot=ext_module.snapshot(snapshot_mode=SHARDED))
+    with pytest.raises(FileExistsError, match=r"snapshot_iter_2' is a file \(a DEFAULT or"):
+        _train(manager, model, 2)
+    assert (tmp_path / "snapshot_iter_2").read_bytes() == b"not ours"
+
+
+def test_a_sharded_snapshot_rewritten_after_a_resume_replaces_its_own(tmp_path: Path) -> None:
+    manager, model = _build(tmp_path, snapshot=ext_module.snapshot(snapshot_mode=SHARDED))
+    _train(manager, model, 2)
+    (tmp_path / "snapshot_iter_2" / "__0_0.distcp").write_bytes(b"")  # damaged since
+    again, again_model = _build(tmp_path, snapshot=ext_module.snapshot(snapshot_mode=SHARDED))
+    _train(again, again_model, 2)  # no autoload: iteration 2 is written again
+    assert (tmp_path / "snapshot_iter_2" / "__0_0.distcp").stat().st_size > 0
+    assert not [n for n in _names(tmp_path) if ".tmp-" in n]
+
+
+def test_finalize_frees_what_async_saves_left_while_torch_distributed_is_up(
+    tmp_path: Path,
+) -> None:
+    # DCP's asynchronous save leaves cycles holding its executor (a thread pool) and the
+    # stager's copy; finalize collects them, rather than the interpreter at its exit.
+    leftovers = ("MirrorStager", "_ThreadBasedAsyncCheckpointExecutor")
+    snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True)
+    manager, model = _build(tmp_path, snapshot=snap)
+    gc.collect()
+    gc.disable()  # no collection but finalize's own
+    try:
+        _train(manager, model)  # the stop trigger finalizes
+        left = [o for o in gc.get_objects() if type(o).__name__ in leftovers]
+    finally:
+        gc.enable()
+    assert left == []

@@ -130,14 +130,15 @@ def test_sigkill_of_a_rank_mid_save_resumes_from_the_last_complete_snapshot(
         "--model",
         "fsdp",
         "--kill-rank",
-        "1",
+        "0",
         "--kill-at",
         "6",
         "--timeout",
         "10",
         expect_failure=True,
     )
-    # Rank 1 died after writing its shard of snapshot_iter_6; rank 0 failed with an error.
+    # Rank 0, the saver rank that commits (and would remove the temporary of a failed write),
+    # died after writing its shard of snapshot_iter_6; rank 1 failed with an error.
     assert "Signal 9 (SIGKILL) received" in killed.stderr or "exitcode: -9" in killed.stderr
     assert "RANK 0 DONE" not in killed.stdout
     names = sorted(p.name for p in tmp_path.iterdir())
@@ -170,22 +171,37 @@ def test_missing_shard_and_missing_rank_are_errors_on_every_rank_not_hangs(
 
 
 @pytest.mark.slow
-def test_distributed_mode_resumes_on_the_same_world_size_only(
+def test_a_ppe09_distributed_snapshot_resumes_on_2_ranks_and_is_kept(
     tmp_path: Path, reference: dict[str, Any], run: Run
 ) -> None:
-    run(tmp_path, 2, "--mode", "DISTRIBUTED", "--stop-at", "5")
-    assert sorted(os.listdir(tmp_path / "snapshot_iter_4")) == [
-        "ppe_snapshot.json",
-        "rank_0.pt",
-        "rank_1.pt",
-    ]
-    # Each rank's own state: the per-rank state object of rank 1 is rank 1's.
-    rank1 = torch.load(tmp_path / "snapshot_iter_4" / "rank_1.pt", weights_only=True)
-    assert rank1["state_objects"]["note"] == {"rank": 1, "steps": 4}
-    other = run(tmp_path, 0, "--mode", "DISTRIBUTED", expect_failure=True)
-    assert "written by 2 ranks in SnapshotMode.DISTRIBUTED" in other.stderr
-    assert "resumes only on 2 ranks, not 1" in other.stderr
+    # A PPE 0.9 job in SnapshotMode.DISTRIBUTED left one file, written by the saver rank.
+    run(tmp_path, 2, "--mode", "DISTRIBUTED", "--write-ppe09", "--stop-at", "4")
+    written = (tmp_path / "snapshot_iter_4").read_bytes()
     run(tmp_path, 2, "--mode", "DISTRIBUTED", "--result", str(tmp_path / "result.pt"))
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_4")
     _assert_same_training(result, reference)
+    # Ours writes the same kind of file, and leaves 0.9's as it was.
+    assert (tmp_path / "snapshot_iter_4").read_bytes() == written
+    for iteration in (6, 8, 10, 12):
+        assert (tmp_path / f"snapshot_iter_{iteration}").is_file()
+    state = torch.load(tmp_path / "snapshot_iter_12", weights_only=True)
+    assert state["_start_iteration"] == 12
+
+
+@pytest.mark.slow
+def test_a_ppe09_sharded_snapshot_resumes_on_as_many_ranks_only(
+    tmp_path: Path, reference: dict[str, Any], run: Run
+) -> None:
+    # A PPE 0.9 job in SnapshotMode.SHARDED left one file per rank and a 'complete' marker.
+    run(tmp_path, 2, "--mode", "SHARDED", "--write-ppe09", "--stop-at", "4")
+    assert sorted(os.listdir(tmp_path / "snapshot_iter_4")) == ["0", "1", "complete"]
+    other = run(tmp_path, 0, "--mode", "SHARDED", expect_failure=True)
+    assert "is a PPE 0.9 SHARDED snapshot directory, written by 2 ranks" in other.stderr
+    assert "resumes only on 2 ranks, not 1" in other.stderr
+    run(tmp_path, 2, "--mode", "SHARDED", "--result", str(tmp_path / "result.pt"))
+    result = _result(tmp_path / "result.pt")
+    assert result["resumed_from"] == str(tmp_path / "snapshot_iter_4")
+    _assert_same_training(result, reference)
+    assert sorted(os.listdir(tmp_path / "snapshot_iter_4")) == ["0", "1", "complete"]
+    assert (tmp_path / "snapshot_iter_12" / ".metadata").exists()  # ours: DCP

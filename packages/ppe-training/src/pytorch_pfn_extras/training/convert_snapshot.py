@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
-import shutil
 import sys
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,18 +39,23 @@ def sharded_to_file(source: str, destination: str) -> dict[str, Any]:
             what is missing).
         ValueError: ``source`` is a snapshot of another mode.
     """
-    from pytorch_pfn_extras.training.extensions import _dcp_convert
-    from pytorch_pfn_extras.training.extensions._snapshot_dirs import Manifest
+    from pytorch_pfn_extras.training._snapshots import _convert
+    from pytorch_pfn_extras.training._snapshots._layout import describe, inspect
+    from pytorch_pfn_extras.training._snapshots._storage import Storage
 
-    manifest = Manifest.read(source)
+    found = inspect(Storage(), source)
+    manifest = found.manifest
+    if manifest is None:
+        message = f"{describe(source, found)}: not a sharded snapshot to convert"
+        raise FileNotFoundError(message)
     if manifest.mode != "SHARDED":
         message = (
             f"{source!r} is a {manifest.mode} snapshot, not a SHARDED one: its rank_<r>.pt "
             "files are ordinary snapshot files already"
         )
         raise ValueError(message)
-    state, _ = _dcp_convert.to_ordinary(_dcp_convert.read_all(source))
-    temporary = f"{destination}.tmp-{uuid.uuid4().hex[:8]}"
+    state, _ = _convert.to_ordinary(_convert.read_all(source))
+    temporary = Storage().temporary(destination)
     try:
         torch.save(state, temporary)
         os.replace(temporary, destination)
@@ -71,13 +74,10 @@ def file_to_sharded(source: str, destination: str) -> dict[str, Any]:
     Raises:
         FileExistsError: ``destination`` exists.
     """
+    from pytorch_pfn_extras.training._snapshots import _convert, _dcp
+    from pytorch_pfn_extras.training._snapshots._layout import Manifest, commit
+    from pytorch_pfn_extras.training._snapshots._storage import Storage
     from pytorch_pfn_extras.training._version import __version__
-    from pytorch_pfn_extras.training.extensions import _dcp_convert, _dcp_state
-    from pytorch_pfn_extras.training.extensions._snapshot_dirs import (
-        Manifest,
-        commit,
-        temporary_path,
-    )
 
     if os.path.lexists(destination):
         message = f"{destination!r} exists; remove it or choose another destination"
@@ -86,28 +86,29 @@ def file_to_sharded(source: str, destination: str) -> dict[str, Any]:
     if not isinstance(state, dict):
         message = f"{source!r} holds a {type(state).__name__}, not a snapshot (a dict)"
         raise ValueError(message)
-    manager = _dcp_convert.is_manager_state(state)
-    temporary = temporary_path(os.path.abspath(destination), uuid.uuid4().hex[:16])
-    group = _dcp_state.Group(0, 1, None, no_dist=True)
+    manager = _convert.is_manager_state(state)
+    storage = Storage()
+    final = os.path.abspath(destination)
+    temporary = storage.temporary(final)
     try:
-        _dcp_state.save(_dcp_convert.from_ordinary(state), temporary, group)
+        _dcp.save(_convert.from_ordinary(state), storage, temporary, _dcp.SINGLE)
         Manifest(
             mode="SHARDED",
             world_size=1,
             content="manager" if manager else "target",
             iteration=int(state.get("_start_iteration", 0)) if manager else 0,
             ppe_version=__version__,
-        ).write(temporary)
-        commit(temporary, os.path.abspath(destination))
+        ).write(storage, temporary)
+        commit(storage, temporary, final)
     finally:
-        shutil.rmtree(temporary, ignore_errors=True)
+        storage.remove_tree(temporary)
     return state
 
 
 def _describe(state: dict[str, Any]) -> str:
-    from pytorch_pfn_extras.training.extensions import _dcp_convert
+    from pytorch_pfn_extras.training._snapshots import _convert
 
-    if not _dcp_convert.is_manager_state(state):
+    if not _convert.is_manager_state(state):
         return f"an object's state_dict() with {len(state)} entries"
     return (
         f"the manager's state at iteration {state['_start_iteration']} (models "

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from pytorch_pfn_extras.training._extension import Extension
+from pytorch_pfn_extras.training._snapshots._extension import (
+    SnapshotMode,
+    snapshot,
+    snapshot_object,
+)
 
 # PPE 0.9's public modules of this package are its attributes, as in 0.9 (each re-exports
 # names of the private modules, so importing them costs next to nothing).
@@ -51,11 +56,6 @@ from pytorch_pfn_extras.training.extensions._progress_bar import (
 )
 from pytorch_pfn_extras.training.extensions._progress_bar_cli import ProgressBarCLI
 from pytorch_pfn_extras.training.extensions._slack import Slack, SlackWebhook
-from pytorch_pfn_extras.training.extensions._snapshot import (
-    SnapshotMode,
-    snapshot,
-    snapshot_object,
-)
 from pytorch_pfn_extras.training.extensions._timeline_trace import TimelineTrace
 from pytorch_pfn_extras.training.extensions._value_observation import (
     observe_lr,

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import datetime
-import uuid
 from typing import Any, TypeVar
 
-import torch
 import torch.distributed as dist
 
+from pytorch_pfn_extras.training._snapshots._torch_api import default_timeout
+
 T = TypeVar("T")
-
-
-def _default_timeout() -> datetime.timedelta:
-    """The timeout of the default process group (``init_process_group(timeout=...)``)."""
-    world = dist.group.WORLD
-    for device in ("cpu", "cuda"):
-        try:
-            backend = world._get_backend(torch.device(device))  # type: ignore[union-attr]
-            timeout = backend.options._timeout
-        except Exception:  # torch keeps it private: fall back to torch's default
-            continue
-        if isinstance(timeout, datetime.timedelta):
-            return timeout
-    return dist.default_pg_timeout
 
 
 class Comm:
@@ -54,10 +39,8 @@ class Comm:
             )
             raise ValueError(message)
         self.coordinator = coordinator
-        self.timeout = _default_timeout() if self.distributed else dist.default_pg_timeout
+        self.timeout = default_timeout() if self.distributed else dist.default_pg_timeout
         self.group: Any = None
-        self._session: str | None = None
-        self._calls = 0
         if self.distributed and self.world_size > 1:
             self.group = dist.new_group(backend="gloo", timeout=self.timeout)
 
@@ -86,15 +69,6 @@ class Comm:
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, obj, group=self.group)
         return gathered
-
-    def new_token(self) -> str:
-        """A name part, the same on every rank and new at each call (every rank calls it
-        equally often): a random part broadcast at the first call, then a count, so that
-        the later calls need no collective."""
-        if self._session is None:
-            self._session = self.broadcast(uuid.uuid4().hex[:12])
-        self._calls += 1
-        return f"{self._session}{self._calls:04x}"
 
     def barrier(self, action: str) -> None:
         """Wait until every rank arrives; a rank missing after the timeout is named.

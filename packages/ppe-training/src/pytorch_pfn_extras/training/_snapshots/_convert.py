@@ -1,49 +1,49 @@
 """A sharded snapshot as one ordinary snapshot (``torch.save`` layout), and back: the
-converter's engine (:mod:`pytorch_pfn_extras.training.convert_snapshot`)."""
+converter's engine (:mod:`pytorch_pfn_extras.training.convert_snapshot`).
+
+Reading goes through DCP's own converter (``torch.distributed.checkpoint.format_utils.
+dcp_to_torch_save``), which loads every tensor whole in one process, without the models.
+"""
 
 from __future__ import annotations
 
 import io
+import os
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from pytorch_pfn_extras.training.extensions._dcp_state import (
+from pytorch_pfn_extras.training._snapshots import _dcp
+from pytorch_pfn_extras.training._snapshots._manager_state import (
     MODELS,
     OPTIMIZERS,
     RANK_KEYS,
     RANKS,
     TARGET,
     TRAINING,
-    Group,
     blob,
-    check_files,
-    load_state,
-    read_metadata,
-    tree_paths,
     unblob,
 )
+from pytorch_pfn_extras.training._snapshots._storage import Storage
 
 
 def read_all(directory: str) -> dict[str, Any]:
-    """Everything a sharded snapshot holds, in one process and without the models: the
-    nested DCP state dict with full (unsharded) tensors, ``training`` and ``ranks`` blobs
-    loaded."""
-    metadata = read_metadata(directory)
-    check_files(directory, metadata)
-    paths = tree_paths(metadata)
-    flat: dict[str, Any] = {}
-    for key, meta in metadata.state_dict_metadata.items():
-        if isinstance(meta, TensorStorageMetadata):
-            flat[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
-        elif str(paths[key][0]) in (TRAINING, RANKS):
-            flat[key] = io.BytesIO()
-        else:
-            flat[key] = None
-    load_state(flat, directory, Group(0, 1, None, no_dist=True))
-    nested = _unflatten({paths[key]: value for key, value in flat.items()})
+    """Everything the sharded snapshot ``directory`` (on the local disk) holds, with full
+    tensors: the nested DCP state dict, ``training`` and ``ranks`` loaded (with
+    ``torch.load(weights_only=True)``, as every snapshot)."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    storage = Storage()
+    _dcp.check_files(storage, directory, _dcp.read_metadata(storage, directory))
+    _dcp.quiet_single_process()
+    with tempfile.TemporaryDirectory(prefix="ppe-convert-") as scratch:
+        path = os.path.join(scratch, "snapshot.pt")
+        dcp_to_torch_save(directory, path)
+        # DCP's converter keeps the byte entries (training, ranks) as BytesIO objects.
+        with torch.serialization.safe_globals([io.BytesIO]):
+            nested: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     if TRAINING in nested:
         nested[TRAINING] = unblob(nested[TRAINING], directory, "training state")
     if RANKS in nested:
@@ -52,26 +52,6 @@ def read_all(directory: str) -> dict[str, Any]:
             for rank, value in nested[RANKS].items()
         }
     return nested
-
-
-def _unflatten(items: Mapping[tuple[Any, ...], Any]) -> dict[str, Any]:
-    root: dict[Any, Any] = {}
-    for path, value in items.items():
-        node = root
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
-    return _lists(root)  # type: ignore[no-any-return]
-
-
-def _lists(node: Any) -> Any:
-    # DCP records list positions as ints and dict keys as strings: dicts of int keys were lists.
-    if not isinstance(node, dict):
-        return node
-    converted = {key: _lists(value) for key, value in node.items()}
-    if converted and all(isinstance(key, int) for key in converted):
-        return [converted[key] for key in sorted(converted)]
-    return converted
 
 
 def to_ordinary(nested: Mapping[str, Any]) -> tuple[dict[str, Any], str]:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import enum
 import functools
 import os
-import pickle
 import types
 import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension, check_keywords
+from pytorch_pfn_extras.training._snapshots._files import SnapshotFiles
+from pytorch_pfn_extras.training._snapshots._layout import describe, inspect
+from pytorch_pfn_extras.training._snapshots._load import is_disallowed_global, load_file
+from pytorch_pfn_extras.training._snapshots._storage import Storage
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.training._writer_util import (
     check_writer,
@@ -22,35 +23,32 @@ from pytorch_pfn_extras.training._writer_util import (
     finalize_writer,
     initialize_writer,
 )
-from pytorch_pfn_extras.training.extensions._snapshot_files import SnapshotFiles
 from pytorch_pfn_extras.writing import SimpleWriter
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
-    from pytorch_pfn_extras.writing import FileSystem, Writer
+    from pytorch_pfn_extras.training._snapshots._comm import Comm
+    from pytorch_pfn_extras.writing import Writer
 
 Filename = str | Callable[["ExtensionsManagerProtocol"], str]
 
 
-def _is_disallowed_global(error: BaseException) -> bool:
-    """Whether ``torch.load(weights_only=True)`` refused a valid file for its content."""
-    return isinstance(error, pickle.UnpicklingError) and "Unsupported global" in str(error)
-
-
 class SnapshotMode(enum.Enum):
-    """How :func:`snapshot` writes.
+    """How :func:`snapshot` writes, as in PPE 0.9.
 
     Attributes:
         DEFAULT: One file, through the writer (by ``saver_rank`` alone with
             ``torch.distributed``; every rank loads it).
-        DISTRIBUTED: One directory per snapshot in which every rank writes its own full
-            ``state_dict()`` (``rank_<r>.pt``), for state that differs per rank; it resumes
-            on the same number of ranks.
+        DISTRIBUTED: One file in the DEFAULT format, written through the writer by
+            ``saver_rank`` (0 by default) while the other ranks wait for it; every rank
+            loads it. (Directories of ``rank_<r>.pt`` written by ppe-training 0.1 in this
+            mode still load, on the same number of ranks.)
         SHARDED: One directory per snapshot written by every rank through
             ``torch.distributed.checkpoint`` (each rank its shards of FSDP2 models and
-            optimizers, replicated tensors once); it resumes on any number of ranks.
-
-    The directory modes commit a snapshot only when every rank finished writing it.
+            optimizers, replicated tensors once, and its own per-rank state), committed
+            once every rank finished; it resumes on any number of ranks. Autoload also
+            reads PPE 0.9's SHARDED directories (one file per rank and a ``complete``
+            marker) on the same number of ranks.
     """
 
     DEFAULT = 1
@@ -111,7 +109,8 @@ def _check_options(
 
 
 class _Snapshot(Extension):
-    """The extension returned by :func:`snapshot` and :func:`snapshot_object`."""
+    """The extension returned by :func:`snapshot` in the DEFAULT and DISTRIBUTED modes: one
+    file through the writer."""
 
     trigger: TriggerLike = (1, "epoch")
     priority = PRIORITY_SNAPSHOT
@@ -122,6 +121,7 @@ class _Snapshot(Extension):
         target: Any,
         filename: Filename,
         *,
+        mode: SnapshotMode,
         condition: Callable[[], bool] | None,
         writer: Writer | None,
         snapshot_on_error: bool,
@@ -137,6 +137,7 @@ class _Snapshot(Extension):
             self._files = SnapshotFiles(filename)
         self._target = target
         self._filename = filename
+        self._mode = mode
         self._condition = condition
         self._writer = writer
         self._snapshot_on_error = snapshot_on_error
@@ -146,6 +147,7 @@ class _Snapshot(Extension):
         self._saver_rank = saver_rank
         self._default_name = default_name
         self._is_saver = True
+        self._comm: Comm | None = None  # DISTRIBUTED: the ranks that wait for the saver
         self._hooked: Writer | None = None
         self._bad_files: set[str] = set()
         self._out = ""
@@ -163,7 +165,7 @@ class _Snapshot(Extension):
             raise RuntimeError(message)
         return writer
 
-    def _file_system_of(self, writer: Writer) -> FileSystem:
+    def _storage_of(self, writer: Writer) -> Storage:
         """The file system ``writer`` writes to, checked for what autoload and retention use
         (a writer without ``fs``, a plain callable, writes to the local file system)."""
         needs: tuple[str, ...] = ("listdir", "open") if self.autoload else ()
@@ -177,7 +179,7 @@ class _Snapshot(Extension):
             )
             if used
         )
-        return file_system_of(writer, needs, f"snapshot({options}) finds its files")
+        return Storage(file_system_of(writer, needs, f"snapshot({options}) finds its files"))
 
     def _target_of(self, manager: ExtensionsManagerProtocol) -> Any:
         return manager if self._target is None else self._target
@@ -196,23 +198,29 @@ class _Snapshot(Extension):
             ``None`` when none was (no ``autoload``, or no snapshot yet).
         """
         self._out = self._out_of(manager)
-        if self._saver_rank is not None:
+        if self._mode is SnapshotMode.DISTRIBUTED:
+            if self._comm is None:
+                from pytorch_pfn_extras.training._snapshots._comm import Comm
+
+                self._comm = Comm(self._saver_rank, _what(self._mode))
+            self._is_saver = self._comm.is_coordinator
+        elif self._saver_rank is not None:
             self._is_saver = self._check_saver_rank()
         writer = self._writer_of(manager)
         if self._writer is not None:
             initialize_writer(self._writer, self._out)
         if self._files is None:
             return None
-        fs = self._file_system_of(writer)  # a writer retention cannot use fails here
+        storage = self._storage_of(writer)  # a writer retention cannot use fails here
         if self._n_retains > 0 and self._is_saver and self._hooked is None:
             add_hook = getattr(writer, "add_post_save_hook", None)
             if callable(add_hook):
                 # Retention runs once each write is complete, through what wrote it.
-                add_hook(functools.partial(self._after_save, fs=fs, out=self._out))
+                add_hook(functools.partial(self._after_save, storage=storage, out=self._out))
                 self._hooked = writer
         if not self.autoload:
             return None
-        self._autoload(manager, fs)
+        self._autoload(manager, storage)
         if self.resumed_from is None:
             return None
         return os.path.relpath(self.resumed_from, self._out)
@@ -235,21 +243,14 @@ class _Snapshot(Extension):
             raise ValueError(message)
         return dist.get_rank() == self._saver_rank
 
-    def _autoload(self, manager: ExtensionsManagerProtocol, fs: FileSystem) -> None:
+    def _autoload(self, manager: ExtensionsManagerProtocol, storage: Storage) -> None:
         assert self._files is not None
-        for path in self._files.list(fs, self._out):
+        for path in self._files.list(storage, self._out):
             try:
-                with fs.open(path, "rb") as f:
-                    state = torch.load(f, map_location="cpu", weights_only=True)
+                state = self._read(storage, path)
             except Exception as error:
-                if _is_disallowed_global(error):
-                    message = (
-                        f"the snapshot {path!r} holds objects that torch.load(weights_only=True) "
-                        "refuses (snapshots must contain only tensors, numbers, strings and "
-                        "lists/dicts of them; allow a class with "
-                        f"torch.serialization.add_safe_globals([...])): {error}"
-                    )
-                    raise pickle.UnpicklingError(message) from error
+                if is_disallowed_global(error):
+                    raise
                 self._bad_files.add(path)
                 message = (
                     f"cannot load the snapshot {path!r} ({type(error).__name__}: {error}); "
@@ -261,11 +262,34 @@ class _Snapshot(Extension):
             self.resumed_from = path
             return
 
+    def _read(self, storage: Storage, path: str) -> Any:
+        """The state in the snapshot ``path``: a file, or (DISTRIBUTED) this rank's file of a
+        directory written by ppe-training 0.1 in that mode."""
+        if not storage.isdir(path):
+            return load_file(storage, path)
+        found = inspect(storage, path)
+        manifest = found.manifest
+        comm = self._comm
+        if manifest is None or manifest.mode != "DISTRIBUTED" or comm is None:
+            message = f"{describe(path, found)}; {_what(self._mode)} loads a snapshot file"
+            raise IsADirectoryError(message)
+        if manifest.world_size != comm.world_size:
+            message = (
+                f"the snapshot {path!r} holds each rank's own state, written by "
+                f"{manifest.world_size} ranks (ppe-training 0.1's DISTRIBUTED directories), "
+                f"and resumes only on {manifest.world_size} ranks, not {comm.world_size}"
+            )
+            raise ValueError(message)
+        return load_file(storage, os.path.join(path, f"rank_{comm.rank}.pt"))
+
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Write a snapshot (if ``condition`` allows it and this process is the saver)."""
         if self._condition is not None and not self._condition():
             return
         self._save(manager)
+        if self._comm is not None:
+            # DISTRIBUTED, as in PPE 0.9: the other ranks wait until the saver has written.
+            self._comm.barrier("the end of the snapshot's write")
 
     def _save(self, manager: ExtensionsManagerProtocol) -> None:
         if not self._is_saver:
@@ -273,21 +297,31 @@ class _Snapshot(Extension):
         filename = self._filename
         name = filename.format(manager) if isinstance(filename, str) else filename(manager)
         writer = self._writer_of(manager)
-        state = self._target_of(manager).state_dict()
         out = self._out or self._out_of(manager)
+        path = os.path.join(out, name)
+        storage = Storage.of(writer)
+        if storage.isdir(path):
+            found = inspect(storage, path)
+            message = (
+                f"cannot write the snapshot: {describe(path, found)}, where the snapshot file "
+                "goes, and a snapshot never replaces a directory; move it away, or choose "
+                "another filename"
+            )
+            raise FileExistsError(message)
+        state = self._target_of(manager).state_dict()
         writer(name, out, state)
         if self._n_retains > 0 and self._hooked is not writer:
             # A writer without post-save hooks (a plain callable) is synchronous: the file
             # is complete once it returns, so clean up now, where it wrote.
-            self._after_save(os.path.join(out, name), fs=self._file_system_of(writer), out=out)
+            self._after_save(path, storage=self._storage_of(writer), out=out)
 
-    def _after_save(self, path: str, *, fs: FileSystem, out: str) -> None:
-        """Delete the oldest snapshots beyond ``n_retains`` once ``path`` is complete.
+    def _after_save(self, path: str, *, storage: Storage, out: str) -> None:
+        """Delete the oldest snapshot files beyond ``n_retains`` once ``path`` is complete.
 
         Args:
             path: The file just written (the writer's post-save hooks get every file it
                 writes: only this snapshot's files count).
-            fs: The file system the writer wrote ``path`` to.
+            storage: The file system the writer wrote ``path`` to.
             out: The output directory the snapshot wrote into.
         """
         files = self._files
@@ -295,14 +329,14 @@ class _Snapshot(Extension):
             return
         path = os.path.normpath(path)
         self._bad_files.discard(path)  # rewritten: complete now
-        good = [p for p in files.list(fs, out) if p not in self._bad_files]
+        good = [
+            p
+            for p in files.list(storage, out)
+            if p not in self._bad_files and (p == path or not storage.isdir(p))
+        ]
         for old in good[self._n_retains :]:
-            if old == path:
-                continue
-            try:
-                fs.remove(old)
-            except FileNotFoundError:
-                continue
+            if old != path:
+                storage.remove(old)
 
     def on_error(
         self,
@@ -310,7 +344,8 @@ class _Snapshot(Extension):
         exc: BaseException,
         tb: types.TracebackType | None,
     ) -> None:
-        """Write a snapshot of the failed state if ``snapshot_on_error``."""
+        """Write a snapshot of the failed state if ``snapshot_on_error`` (the saver rank
+        alone: the other ranks may not reach it)."""
         if self._snapshot_on_error:
             self._save(manager)
 
@@ -318,6 +353,10 @@ class _Snapshot(Extension):
         """Wait for the snapshot's own writer, if it was given one."""
         if self._writer is not None:
             finalize_writer(self._writer)
+
+
+def _what(mode: SnapshotMode) -> str:
+    return f"snapshot(snapshot_mode=SnapshotMode.{mode.name})"
 
 
 def _writer_for(savefun: Any, writer: Writer | None) -> Writer | None:
@@ -360,15 +399,21 @@ def snapshot(
     tensors, numbers, strings, ``None`` and lists/dicts of them; register other classes
     with ``torch.serialization.add_safe_globals``.
 
-    With ``snapshot_mode=SnapshotMode.SHARDED`` every rank writes the directory
-    ``out_dir/filename/`` together through ``torch.distributed.checkpoint`` (the models
-    and optimizers by ``get_state_dict``: FSDP2 shards, DDP and plain models once; the
-    training state from the saver rank; each rank's ``state_objects``); it is committed
-    (renamed from a hidden temporary) once every rank finished, and resumes on any number
-    of ranks. ``SnapshotMode.DISTRIBUTED`` writes each rank's ``state_dict()`` into the
-    directory instead. Every rank must run these at the same iterations; a rank that does
-    not arrive within the process group's timeout is named in the error. A committed
-    directory with a missing shard is an error naming it. See
+    With ``snapshot_mode=SnapshotMode.DISTRIBUTED`` (as in PPE 0.9) the saver rank (0 by
+    default) writes the same file while the other ranks wait for it. With
+    ``SnapshotMode.SHARDED`` every rank writes the directory ``out_dir/filename/`` together
+    through ``torch.distributed.checkpoint`` (the models and optimizers by
+    ``get_state_dict``: FSDP2 shards, DDP and plain models once; the training state from the
+    saver rank; each rank's ``state_objects``); it is committed once every rank finished, and
+    resumes on any number of ranks; its autoload also reads PPE 0.9's SHARDED directories.
+    Every rank must run these at the same iterations; a rank that does not arrive within
+    the process group's timeout is named in the error. A committed directory with a missing
+    shard is an error naming it.
+
+    Every mode writes, deletes (``n_retains``) and autoloads through the writer's file
+    system (``writer.fs``: a local disk, or object storage through pfio or fsspec). A
+    snapshot never deletes or replaces what it cannot read as a snapshot: a name that
+    collides with such a file or directory is an error naming it. See
     ``docs/sharded-snapshots.md``.
 
     Args:
@@ -383,7 +428,8 @@ def snapshot(
             :class:`~pytorch_pfn_extras.writing.ThreadWriter` to write in the background),
             or a callable ``writer(filename, out_dir, target, *, savefun=None,
             append=False)`` that writes before it returns (to the local file system:
-            ``autoload`` and ``n_retains`` look for its files there).
+            ``autoload`` and ``n_retains`` look for its files there). With ``SHARDED``
+            only its ``fs`` and ``out_dir`` are used (DCP writes).
         snapshot_on_error: Also write a snapshot when an iteration raises.
         n_retains: Keep at most this many snapshots (``-1`` keeps all). Old files are
             deleted only once the new one is complete, so the last good snapshot always
@@ -393,8 +439,8 @@ def snapshot(
             found and deleted through the writer's ``fs``.
         autoload: Load the newest loadable snapshot before training starts.
         saver_rank: With ``torch.distributed``, only this rank writes; every rank loads.
-            In the directory modes, the rank that writes the training state and commits
-            (``0`` by default).
+            In the DISTRIBUTED and SHARDED modes, the rank that writes (and, SHARDED, writes
+            the training state and commits), ``0`` by default.
         snapshot_mode: :class:`SnapshotMode` (``DEFAULT``: one file).
         async_save: With ``SHARDED``, write in the background (``torch.distributed.
             checkpoint.async_save``): the iteration waits only while the state is copied
@@ -405,13 +451,16 @@ def snapshot(
         The snapshot extension.
 
     Raises:
-        TypeError: Both ``savefun`` and ``writer``; either in a directory mode; a
+        TypeError: Both ``savefun`` and ``writer``; ``savefun`` with ``SHARDED``; a
             ``writer`` that is not callable. When training starts: ``autoload`` or
             ``n_retains`` with a writer whose ``fs`` lacks ``listdir``, ``open`` (autoload)
-            or ``remove`` (n_retains).
+            or ``remove`` (n_retains); ``SHARDED`` on a file system that
+            ``torch.distributed.checkpoint`` cannot reach.
         ValueError: A bad ``n_retains``, or ``autoload``/``n_retains`` with a callable
-            filename; ``async_save`` without ``SHARDED``; ``snapshot_on_error`` in a
-            directory mode.
+            filename; ``async_save`` without ``SHARDED``; ``snapshot_on_error`` with
+            ``SHARDED``.
+        FileExistsError: When saving: the snapshot's name is taken by something it cannot
+            read as a snapshot (a directory where a file goes, or the reverse).
 
     Example:
         >>> manager.extend(extensions.snapshot(n_retains=3, autoload=True))
@@ -459,10 +508,11 @@ def _make(
         raise ValueError(message)
     if isinstance(target, Mapping) and not callable(getattr(target, "state_dict", None)):
         target = _StateObjects(target)
-    if snapshot_mode is SnapshotMode.DEFAULT:
+    if snapshot_mode is not SnapshotMode.SHARDED:
         return _Snapshot(
             target,
             filename,
+            mode=snapshot_mode,
             condition=condition,
             writer=_writer_for(savefun, writer),
             snapshot_on_error=snapshot_on_error,
@@ -471,30 +521,30 @@ def _make(
             saver_rank=saver_rank,
             default_name="_Snapshot",
         )
-    if savefun is not None or writer is not None:
+    if savefun is not None:
         message = (
-            f"{snapshot_mode} writes a directory with every rank (through "
-            "torch.distributed.checkpoint for SHARDED); savefun and writer apply to "
-            "SnapshotMode.DEFAULT only"
+            "SnapshotMode.SHARDED writes through torch.distributed.checkpoint with every "
+            "rank, not through a savefun; savefun applies to SnapshotMode.DEFAULT and "
+            "DISTRIBUTED (pass writer= to choose the file system)"
         )
         raise TypeError(message)
+    if writer is not None:
+        check_writer(writer, "snapshot")
     if snapshot_on_error:
         message = (
-            f"snapshot_on_error=True needs SnapshotMode.DEFAULT (one file written by the "
-            f"saver rank alone); {snapshot_mode} needs every rank, which a failed run may "
-            "not have"
+            "snapshot_on_error=True needs SnapshotMode.DEFAULT or DISTRIBUTED (one file "
+            "written by the saver rank alone); SnapshotMode.SHARDED needs every rank, which "
+            "a failed run may not have"
         )
         raise ValueError(message)
     _check_options(filename, condition, n_retains, autoload, saver_rank)
-    from pytorch_pfn_extras.training.extensions._collective_snapshot import (
-        _CollectiveSnapshot,
-    )
+    from pytorch_pfn_extras.training._snapshots._sharded import _ShardedSnapshot
 
-    return _CollectiveSnapshot(
+    return _ShardedSnapshot(
         target,
         filename,
-        mode=snapshot_mode.name,
         condition=condition,
+        writer=writer,
         n_retains=n_retains,
         autoload=autoload,
         saver_rank=saver_rank,

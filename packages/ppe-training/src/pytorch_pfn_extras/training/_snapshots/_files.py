@@ -18,7 +18,8 @@ _ORDER = ("iteration", "epoch", "epoch_detail")
 
 
 def _is_temporary(name: str) -> bool:
-    # Writers name their temporaries ``.{filename}.tmp-...`` (pytorch_pfn_extras.writing).
+    # Writers and snapshots name their temporaries ``.{filename}.tmp-...`` (ppe-core's
+    # convention, pytorch_pfn_extras.writing._atomic.temporary_name).
     return name.startswith(".") and ".tmp-" in name
 
 
@@ -84,7 +85,13 @@ class SnapshotFiles:
         return tuple(key)
 
     def list(self, fs: Any, out_dir: str) -> list[str]:
-        """Paths of the matching files under ``out_dir``, newest first."""
+        """Paths of the matching files (and directories) under ``out_dir``, newest first.
+
+        Args:
+            fs: What lists the directory: a :class:`~._storage.Storage` or a file system
+                with ``listdir``.
+            out_dir: The output directory the template is relative to.
+        """
         directory = os.path.join(out_dir, self.directory) if self.directory else out_dir
         try:
             names = fs.listdir(directory or ".")
