@@ -18,9 +18,10 @@ Then, each ``--repeats`` times (the median counts), for each N of ``--ranks``:
    with the save in flight (its ``optimizer.step()`` waits for the optimizer state's copy;
    on this CPU-only benchmark the copy and the writer's threads also compete with the step
    for the cores), printed next to a step with nothing in flight, and the time until the
-   write completed. A first asynchronous save, before the repeats, allocates the CPU copy
-   that the next ones reuse: its blocked time and the resident memory the copy keeps are
-   printed apart.
+   write completed. The CPU copy that every asynchronous save reuses is allocated in the
+   background after the first optimizer step the extension sees, while training goes on
+   (two training steps here, as a run has before its first snapshot): the first save's
+   blocked time and the resident memory the copy keeps are printed apart.
 
 Printed per N: the times, the peak resident memory that each save adds over the training
 state (the sum over the ranks, from ``VmHWM`` reset before each save), and the ratios:
@@ -33,15 +34,31 @@ the state from the device (the asynchronous one into pinned memory it keeps), an
 of the synchronous saves and of the training steps include waiting for the device. On one GPU:
 ``--device cuda --ranks 1``.
 
+With ``--s3`` (needs ``moto[server]``, pfio and s3fs), the parent process also starts a local
+S3 server (moto, on 127.0.0.1, in a thread of that process) with a bucket, and after the
+repeats above each N measures, ``--repeats`` times (the median counts), two saves to it through
+a pfio file system (``pfio.v2.from_url("s3://BUCKET", endpoint=...)``): the synchronous
+``snapshot(snapshot_mode=SnapshotMode.SHARDED)`` of a manager whose writer writes there (every
+rank's shards through torch.distributed.checkpoint's fsspec writer, then the commit, which on
+object storage copies the objects to their final names; the time until every rank is done), and
+the baseline: rank 0 gathers the full state as above and ``torch.save``-s it into
+``fs.open(key, "wb")`` (a multipart upload, complete when the file is closed). One more line
+per N prints both times and their ratio. The network and the server are this machine's
+(loopback, and moto sharing the cores with the ranks): the figures compare the two ways of
+saving, not a real object store's throughput. The bucket's objects are deleted after each save.
+
 Usage: ``python benchmarks/sharded_snapshot.py [--ranks 2 4] [--width 4096] [--layers 6]
-[--repeats 3] [--dir DIR] [--device cpu]``; scale down with ``--width 1024`` on a small machine.
+[--repeats 3] [--dir DIR] [--device cpu] [--s3]``; scale down with ``--width 1024`` on a small
+machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
+import logging
 import os
 import shutil
 import socket
@@ -56,6 +73,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+# How the parent passes the local S3 server to the workers (``--s3``).
+_S3_ENDPOINT = "PPE_BENCH_S3_ENDPOINT"
+_S3_BUCKET = "PPE_BENCH_S3_BUCKET"
+_S3_MODULES = ("moto", "flask", "boto3", "pfio", "s3fs")
+# moto accepts any credentials; these replace the environment's for the workers.
+_S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+# Settings of the environment that would send the clients elsewhere.
+_S3_UNSET = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL")
+
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -66,6 +96,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dir", default="", help="where snapshots are written (a temp dir)")
     parser.add_argument(
         "--device", default="cpu", choices=["cpu", "cuda"], help="where the model is trained"
+    )
+    parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="also save to a local S3 server (moto on 127.0.0.1) through pfio",
     )
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -105,12 +140,23 @@ def _measure(action: Callable[[], Any], device: torch.device | None = None) -> t
     return float(values[0]), peak / 1024
 
 
-def _worker(args: argparse.Namespace) -> None:
+def _full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The baseline's state: the full model and optimizer state gathered on the CPU (a
+    collective: every rank calls it)."""
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_model_state_dict,
         get_optimizer_state_dict,
     )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return {
+        "models": {"main": get_model_state_dict(model, options=options)},
+        "optimizers": {"main": get_optimizer_state_dict(model, optimizer, options=options)},
+    }
+
+
+def _worker(args: argparse.Namespace) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -156,11 +202,7 @@ def _worker(args: argparse.Namespace) -> None:
     manager.start_extensions()
 
     def baseline() -> None:
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state = {
-            "models": {"main": get_model_state_dict(model, options=options)},
-            "optimizers": {"main": get_optimizer_state_dict(model, optimizer, options=options)},
-        }
+        state = _full_state(model, optimizer)
         if rank == 0:
             path = os.path.join(out, "full.pt")
             with open(path, "wb") as f:
@@ -174,8 +216,12 @@ def _worker(args: argparse.Namespace) -> None:
     def record(key: str, value: float) -> None:
         results.setdefault(key, []).append(value)
 
-    # The first asynchronous save allocates the CPU copy it keeps for the next ones.
+    # The asynchronous snapshot allocates the CPU copy it keeps for every save after the
+    # first optimizer step of the run, in the background, while training goes on: two
+    # training steps (a run has them, and more, before its first snapshot).
     rss = _rss_kib("VmRSS")
+    train_step()
+    train_step()
     manager.iteration = args.repeats
     first_blocked, _ = _measure(lambda: background(manager))
     _measure(background.wait)  # type: ignore[attr-defined]
@@ -204,6 +250,9 @@ def _worker(args: argparse.Namespace) -> None:
         dist.barrier()
         if rank == 0:
             shutil.rmtree(os.path.join(out, f"async_{repeat}"), ignore_errors=True)
+    if os.environ.get(_S3_ENDPOINT):
+        prefix = os.path.basename(out)
+        results.update(_measure_s3(model, optimizer, prefix, args.repeats, device))
     # Peaks are per rank: sum them; times are the slowest rank's already.
     summary = {key: statistics.median(values) for key, values in results.items()}
     summary["copy_mib"] = copy_mib
@@ -218,6 +267,97 @@ def _worker(args: argparse.Namespace) -> None:
         print("RESULT " + json.dumps(summary), flush=True)
     manager.finalize()
     dist.destroy_process_group()
+
+
+def _measure_s3(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    prefix: str,
+    repeats: int,
+    device: torch.device,
+) -> dict[str, list[float]]:
+    """The sharded save and the rank-0 save to the parent's S3 server, ``repeats`` times each:
+    ``{"s3_sharded_s": [...], "s3_baseline_s": [...]}`` (the slowest rank's seconds)."""
+    import boto3  # type: ignore[import-untyped]
+    import pfio  # type: ignore[import-untyped]
+
+    from pytorch_pfn_extras import writing
+    from pytorch_pfn_extras.training import ExtensionsManager
+    from pytorch_pfn_extras.training import extensions as ext
+
+    endpoint, bucket = os.environ[_S3_ENDPOINT], os.environ[_S3_BUCKET]
+    rank = dist.get_rank()
+    fs = pfio.v2.from_url(f"s3://{bucket}", endpoint=endpoint)
+    client = boto3.client("s3", endpoint_url=endpoint)
+    manager = ExtensionsManager(
+        model,
+        optimizer,
+        1,
+        iters_per_epoch=1,
+        out_dir=prefix,
+        writer=writing.SimpleWriter(fs=fs),
+    )
+    sync = ext.snapshot(snapshot_mode=ext.SnapshotMode.SHARDED, filename="sync_{.iteration}")
+    manager.extend(sync, trigger=(10**9, "iteration"))
+    manager.start_extensions()
+
+    def baseline() -> None:
+        state = _full_state(model, optimizer)
+        if rank == 0:
+            with fs.open(f"{prefix}/full.pt", "wb") as f:
+                torch.save(state, f)
+
+    def empty_bucket() -> None:
+        dist.barrier()
+        if rank == 0:
+            paginator = client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+                keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+                if keys:
+                    client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
+        dist.barrier()
+
+    results: dict[str, list[float]] = {"s3_sharded_s": [], "s3_baseline_s": []}
+    for repeat in range(repeats):
+        manager.iteration = repeat
+        seconds, _ = _measure(lambda: sync(manager), device)
+        results["s3_sharded_s"].append(seconds)
+        empty_bucket()
+        seconds, _ = _measure(baseline, device)
+        results["s3_baseline_s"].append(seconds)
+        empty_bucket()
+    manager.finalize()
+    return results
+
+
+def _start_s3() -> tuple[Any, dict[str, str]]:
+    """A moto S3 server on 127.0.0.1 with an empty bucket, and the workers' environment."""
+    missing = [name for name in _S3_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(
+            f"--s3 needs moto[server], pfio and s3fs ({', '.join(missing)} missing): "
+            "pip install 'ppe-training[s3]' 'moto[server]'"
+        )
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # it logs every request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint, bucket = f"http://{host}:{port}", "ppe-bench"
+    env = {k: v for k, v in os.environ.items() if k not in _S3_UNSET}
+    env.update(_S3_CREDENTIALS)
+    env.update({_S3_ENDPOINT: endpoint, _S3_BUCKET: bucket})
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=_S3_CREDENTIALS["AWS_DEFAULT_REGION"],
+        aws_access_key_id=_S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=_S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )
+    client.create_bucket(Bucket=bucket)
+    return server, env
 
 
 def _free_port() -> int:
@@ -237,6 +377,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{max(args.ranks)} GPUs, this machine has {torch.cuda.device_count()}"
         )
         raise SystemExit(message)
+    server, env = _start_s3() if args.s3 else (None, None)
     base = args.dir or tempfile.mkdtemp(prefix="ppe-sharded-bench-")
     print(
         f"FSDP2 model of {args.layers} x Linear({args.width}, {args.width}) with Adam on "
@@ -268,7 +409,7 @@ def main(argv: list[str] | None = None) -> None:
                 "--device",
                 args.device,
             ]
-            process = subprocess.run(command, capture_output=True, text=True, check=False)
+            process = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
             lines = [line for line in process.stdout.splitlines() if line.startswith("RESULT ")]
             if process.returncode != 0 or not lines:
                 print(process.stdout[-3000:], process.stderr[-5000:], file=sys.stderr)
@@ -286,15 +427,25 @@ def main(argv: list[str] | None = None) -> None:
                 f"(blocked each time: {', '.join(f'{b:.3f}' for b in r['blocked_all'])})\n"
                 f"    the next training step, the save in flight: {r['step_after_s']:.3f} s "
                 f"(without: {r['step_s']:.3f} s)\n"
-                f"    the first async save allocates the CPU copy it keeps: blocked "
-                f"{r['first_blocked_s']:.3f} s, +{r['copy_mib']:.0f} MiB resident (all ranks)\n"
+                f"    the first async save (its CPU copy allocated after the first step): "
+                f"blocked {r['first_blocked_s']:.3f} s, the copy +{r['copy_mib']:.0f} MiB "
+                "resident (all ranks)\n"
                 f"  ratio sharded / rank-0 save:   {r['sharded_s'] / r['baseline_s']:.2f}\n"
                 f"  ratio blocked / sync sharded:  {r['blocked_s'] / r['sharded_s']:.3f} "
                 "(target < 0.1)"
             )
+            if server is not None:
+                print(
+                    "  S3 (local moto server on 127.0.0.1, through pfio): sharded snapshot "
+                    f"{r['s3_sharded_s']:.2f} s, rank 0 gathers + saves "
+                    f"{r['s3_baseline_s']:.2f} s, ratio sharded / rank-0 save "
+                    f"{r['s3_sharded_s'] / r['s3_baseline_s']:.2f}"
+                )
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
+        if server is not None:
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -288,10 +288,10 @@ def test_async_save_holds_the_optimizer_state_of_its_iteration_while_training_go
         _train(manager, model, 1)
         if manager.iteration % 2 == 0:  # saved at the end of this iteration
             expected[manager.iteration] = copy.deepcopy(optimizer.state_dict()["state"])
-    # The first save (2) copies everything before it returns; each later one (4 to 12)
-    # copies the optimizer state in the background, and the next step() waits for it.
-    assert events == ["step"] * 4 + (["copied"] + ["step"] * 2) * 4 + ["copied"]
-    for iteration in (4, 8, 12):
+    # Every save (2 to 12; the first one's copy was allocated after the first step) copies
+    # the optimizer state in the background, and the next step() waits for it.
+    assert events == (["step"] * 2 + ["copied"]) * 6
+    for iteration in (2, 4, 8, 12):
         state = sharded_to_file(
             str(tmp_path / f"snapshot_iter_{iteration}"), str(tmp_path / "file.pt")
         )
@@ -306,6 +306,37 @@ def test_async_save_holds_the_optimizer_state_of_its_iteration_while_training_go
     assert resumed.get_extension("_Snapshot").resumed_from.endswith("snapshot_iter_8")
     for name, value in reference_model.state_dict().items():
         torch.testing.assert_close(resumed_model.state_dict()[name], value)
+
+
+def test_async_save_allocates_its_copy_in_the_background_after_the_first_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.checkpoint.staging import DefaultStager
+
+    allocated: list[tuple[str, int]] = []  # (thread, iteration) of each full copy
+    original = DefaultStager.stage
+
+    def stage(self: Any, state_dict: Any, **kwargs: Any) -> Any:
+        allocated.append((threading.current_thread().name, manager.iteration))
+        return original(self, state_dict, **kwargs)
+
+    monkeypatch.setattr(DefaultStager, "stage", stage)
+    snap = ext_module.snapshot(snapshot_mode=SHARDED, async_save=True)
+    manager, model = _build(tmp_path, snapshot=snap, trigger=(4, "iteration"))
+    _train(manager, model)
+    # Once, by the stager's thread after the first optimizer step, not by
+    # the save of iteration 4 in the training loop's thread; every save reuses it.
+    assert len(allocated) == 1
+    thread, iteration = allocated[0]
+    assert thread.startswith("ppe-snapshot-copy") and iteration < 4
+    assert _names(tmp_path)[-3:] == ["snapshot_iter_12", "snapshot_iter_4", "snapshot_iter_8"]
+    resumed, resumed_model = _build(tmp_path / "resumed")
+    shutil.copytree(tmp_path / "snapshot_iter_4", tmp_path / "resumed" / "snapshot_iter_4")
+    resumed.start_extensions()
+    reference, reference_model = _build(tmp_path / "reference", snapshot=ext_module.snapshot())
+    _train(reference, reference_model, 4)
+    for name, value in reference_model.state_dict().items():
+        torch.testing.assert_close(resumed_model.state_dict()[name], value, rtol=0, atol=0)
 
 
 def test_async_save_refuses_to_commit_an_optimizer_state_changed_during_its_copy(

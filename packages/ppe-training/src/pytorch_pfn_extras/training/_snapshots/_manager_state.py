@@ -151,13 +151,21 @@ def manager_state(manager: Any, group: _dcp.Group, coordinator: bool) -> dict[st
     """The DCP state dict of a manager snapshot on this rank (see the module docstring)."""
     training = manager.training_state_dict()  # on every rank: it settles the stop trigger
     state: dict[str, Any] = {
-        MODELS: _Models(manager.models).state_dict(),
-        OPTIMIZERS: _Optimizers(manager.models, manager.optimizers).state_dict(),
+        **tensors_of(manager),
         RANKS: {str(group.rank): blob(manager.rank_state_dict())},
     }
     if coordinator:
         state[TRAINING] = blob(training)
     return state
+
+
+def tensors_of(manager: Any) -> dict[str, Any]:
+    """The part of :func:`manager_state` that holds tensors (the models and optimizers), in
+    its order: what the asynchronous stager mirrors."""
+    return {
+        MODELS: _Models(manager.models).state_dict(),
+        OPTIMIZERS: _Optimizers(manager.models, manager.optimizers).state_dict(),
+    }
 
 
 def target_state(target: Any) -> dict[str, Any]:

@@ -141,6 +141,8 @@ class _ShardedSnapshot(Extension):
         self._storage = Storage.of(writer)
         if self._comm is None:
             self._comm = Comm(self._saver_rank, _WHAT)
+        if self._async and self._stager is None:
+            self._stager = self._new_stager(manager)
         comm = self._comm
         if self.autoload:
             self._autoload(manager, comm)
@@ -304,6 +306,18 @@ class _ShardedSnapshot(Extension):
             stager.wait_copy()
 
         self._fences = [o.register_step_pre_hook(fence) for o in optimizers]
+
+        def prepare(*_: Any) -> None:
+            # Once, after the first optimizer step (the optimizers' state exists then): the
+            # mirror is allocated in the background, not while the first save blocks.
+            for hook in prepared:
+                hook.remove()
+            from pytorch_pfn_extras.training._snapshots import _manager_state
+
+            stager.prepare(_manager_state.tensors_of(manager))
+
+        prepared = [optimizers[0].register_step_post_hook(prepare)]
+        self._fences += prepared
         return stager
 
     def _commit(self, manifest: Manifest, temporary: str, final: str) -> None:

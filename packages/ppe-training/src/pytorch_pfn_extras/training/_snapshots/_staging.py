@@ -44,7 +44,9 @@ class MirrorStager(AsyncStager):
             rather than save a torn state.
 
     The mirror is reused, so a save may start only once the previous one finished writing
-    (the snapshot extension never has two in flight). Call :meth:`close` after the last save.
+    (the snapshot extension never has two in flight). :meth:`prepare` allocates it in the
+    background before the first save (the snapshot extension does after the first optimizer
+    step), so that the first save copies into it too. Call :meth:`close` after the last save.
     """
 
     # DCP's protocol: the staged dict is returned, DCP has nothing to wait for (the deferred
@@ -67,6 +69,41 @@ class MirrorStager(AsyncStager):
         self._mirror: list[torch.Tensor] = []  # the staged tensors
         self._copier: ThreadPoolExecutor | None = None
         self._copy: Future[None] | None = None  # the deferred copy of the last stage()
+        self._prepared: Future[tuple[list[tuple[Any, ...]], list[torch.Tensor]]] | None = None
+
+    def _thread(self) -> ThreadPoolExecutor:
+        if self._copier is None:
+            self._copier = ThreadPoolExecutor(1, thread_name_prefix="ppe-snapshot-copy")
+        return self._copier
+
+    def prepare(self, state_dict: dict[str, Any]) -> None:
+        """Allocate the mirror of ``state_dict``'s tensors in the background thread.
+
+        The values it copies do not matter (training may change them meanwhile): the next
+        :meth:`stage` of a state of the same layout copies every tensor into the mirror, as
+        every later save does, instead of allocating it while the training loop waits.
+        """
+        self._prepared = self._thread().submit(self._allocate, state_dict)
+
+    @torch.no_grad()
+    def _allocate(
+        self, state_dict: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...]], list[torch.Tensor]]:
+        layout = [_layout(tensor) for tensor in flatten(state_dict).tensors]
+        staged = self._default.stage(state_dict)
+        assert isinstance(staged, dict)
+        return layout, flatten(staged).tensors
+
+    def _adopt_prepared(self) -> None:
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            return
+        try:
+            layout, mirror = prepared.result()
+        except Exception:  # the first save allocates it, as without prepare()
+            return
+        self._layout, self._mirror = layout, mirror
+        self._targets = [_local(tensor) for tensor in mirror]
 
     @torch.no_grad()
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +111,7 @@ class MirrorStager(AsyncStager):
 
         Tensors under the ``deferred`` path are still being copied when this returns.
         """
+        self._adopt_prepared()
         flat = flatten(state_dict)
         layout = [_layout(tensor) for tensor in flat.tensors]
         self._copy = None
@@ -91,9 +129,7 @@ class MirrorStager(AsyncStager):
         now = [i for i in range(len(locals_)) if i not in deferred]
         _copy_all([self._targets[i] for i in now], [locals_[i] for i in now])
         if later:
-            if self._copier is None:
-                self._copier = ThreadPoolExecutor(1, thread_name_prefix="ppe-snapshot-copy")
-            self._copy = self._copier.submit(
+            self._copy = self._thread().submit(
                 _copy_checked, _Deferred(self._targets, flat, locals_, later)
             )
         return fill(flat.skeleton, self._mirror)  # type: ignore[no-any-return]
@@ -115,6 +151,7 @@ class MirrorStager(AsyncStager):
 
     def close(self) -> None:
         """Release the mirror and the copying thread (once its copy finished)."""
+        self._prepared = None
         if self._copier is not None:
             self._copier.shutdown(wait=True)
             self._copier = None
