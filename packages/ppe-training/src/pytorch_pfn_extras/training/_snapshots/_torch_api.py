@@ -13,6 +13,9 @@ module.
   optimizer state was not torn.
 - ``torch.distributed.checkpoint._fsspec_filesystem.FsspecWriter`` / ``FsspecReader``: DCP's
   storage writer and reader over fsspec (object storage), public classes in a private module.
+- ``AsyncStager._synchronize_after_execute``: the attribute of DCP's stager protocol that
+  says whether DCP waits for the staging (``_staging.MirrorStager`` sets it to ``False``;
+  it cannot live here, being part of the class).
 """
 
 from __future__ import annotations
