@@ -198,3 +198,40 @@ def test_a_writer_that_is_not_callable_is_rejected_by_the_manager_and_the_snapsh
         ExtensionsManager(model, optimizer, 1, iters_per_epoch=1, writer="result")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"snapshot: writer must be .* got 3"):
         ext_module.snapshot(writer=3)  # type: ignore[arg-type]
+
+
+class _MinimalFileSystem:
+    """A user's file system with only the methods a writer needs (no isdir, size...)."""
+
+    def open(self, path: str, mode: str = "rb") -> Any:
+        return open(path, mode)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        os.makedirs(path, exist_ok=exist_ok)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def remove(self, path: str) -> None:
+        os.remove(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+
+def test_a_minimal_file_system_retains_autoloads_and_refuses_to_replace_a_directory(
+    tmp_path: Path,
+) -> None:
+    _train(tmp_path, 5, n_retains=2, writer=SimpleWriter(fs=_MinimalFileSystem()))
+    _check_the_two_newest_remain(tmp_path)
+    resumed = _train(tmp_path, 5, autoload=True, writer=SimpleWriter(fs=_MinimalFileSystem()))
+    assert resumed.iteration == 5
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "snapshot_iter_1").mkdir()
+    (tmp_path / "other" / "snapshot_iter_1" / "mine.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"snapshot_iter_1' is a directory"):
+        _train(tmp_path / "other", 1, writer=SimpleWriter(fs=_MinimalFileSystem()))
+    assert (tmp_path / "other" / "snapshot_iter_1" / "mine.txt").read_text() == "mine"

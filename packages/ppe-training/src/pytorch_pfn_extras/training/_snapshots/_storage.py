@@ -51,11 +51,12 @@ class Storage:
         isdir = getattr(self.fs, "isdir", None)
         if callable(isdir):
             return bool(isdir(path))
+        # A file system without isdir: a directory is what lists entries (an empty one
+        # cannot be told from a file, and is taken for one).
         try:
-            self.fs.listdir(path)
-        except (FileNotFoundError, NotADirectoryError):
+            return bool(self.fs.listdir(path))
+        except (OSError, ValueError):
             return False
-        return True
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists."""
