@@ -1,5 +1,6 @@
 """Shared helpers of the ppe-training tests (as fixtures): free TCP ports, OpenMPI's mpirun,
-``python -m torch.distributed.run``."""
+``python -m torch.distributed.run``, and the uninterrupted run of ``sharded_train.py`` that
+resumed runs are compared with."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,3 +79,40 @@ def torchrun() -> Callable[..., subprocess.CompletedProcess[str]]:
     """``torchrun(nproc, script, *args, launcher=("--standalone",), env=None, timeout=240)``:
     the script on ``nproc`` local processes, its completed process returned unchecked."""
     return _torchrun
+
+
+@pytest.fixture(scope="session")
+def sharded_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The result of an uninterrupted ``sharded_train.py`` run on the local disk, without
+    torch.distributed (in this process: no start-up cost)."""
+    import importlib.util
+
+    import torch
+
+    script = Path(__file__).with_name("sharded_train.py")
+    out = tmp_path_factory.mktemp("sharded_reference")
+    spec = importlib.util.spec_from_file_location("ppe_training_sharded_train", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main([str(out), "--result", str(out / "result.pt")])
+    return torch.load(out / "result.pt", weights_only=True)  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def assert_same_training() -> Callable[[dict[str, Any], dict[str, Any]], None]:
+    """``assert_same_training(result, reference)``: a resumed ``sharded_train.py`` run ended
+    where the uninterrupted one did: weights, learning rate, and a log of every iteration once
+    with the same losses."""
+
+    def check(result: dict[str, Any], reference: dict[str, Any]) -> None:
+        import torch
+
+        assert result["iteration"] == reference["iteration"] == 12
+        for name, value in reference["weights"].items():
+            torch.testing.assert_close(result["weights"][name], value, rtol=1e-4, atol=1e-5)
+        assert result["lr"] == pytest.approx(reference["lr"])
+        assert [i for i, _ in result["log"]] == list(range(1, 13))
+        assert [v for _, v in result["log"]] == pytest.approx([v for _, v in reference["log"]])
+
+    return check

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -65,31 +64,12 @@ def _result(path: Path) -> dict[str, Any]:
     return torch.load(path, weights_only=True)  # type: ignore[no-any-return]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """An uninterrupted run without torch.distributed (in this process: no start-up cost)."""
-    out = tmp_path_factory.mktemp("reference")
-    spec = importlib.util.spec_from_file_location("ppe_training_sharded_train", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main([str(out), "--result", str(out / "result.pt")])
-    return _result(out / "result.pt")
-
-
-def _assert_same_training(result: dict[str, Any], reference: dict[str, Any]) -> None:
-    assert result["iteration"] == reference["iteration"] == 12
-    for name, value in reference["weights"].items():
-        torch.testing.assert_close(result["weights"][name], value, rtol=1e-4, atol=1e-5)
-    assert result["lr"] == pytest.approx(reference["lr"])
-    # The log goes on across the resumes: every iteration once, with the same losses.
-    assert [i for i, _ in result["log"]] == list(range(1, 13))
-    assert [v for _, v in result["log"]] == pytest.approx([v for _, v in reference["log"]])
-
-
 @pytest.mark.slow
 def test_fsdp_snapshot_of_4_ranks_resumes_on_2_then_on_1(
-    tmp_path: Path, reference: dict[str, Any], run: Run
+    tmp_path: Path,
+    sharded_reference: dict[str, Any],
+    assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
+    run: Run,
 ) -> None:
     run(tmp_path, 4, "--model", "fsdp", "--stop-at", "5")
     assert (tmp_path / "snapshot_iter_4" / "__3_0.distcp").exists()
@@ -99,14 +79,17 @@ def test_fsdp_snapshot_of_4_ranks_resumes_on_2_then_on_1(
     run(tmp_path, 1, "--model", "fsdp", "--result", str(tmp_path / "result.pt"))
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_8")
-    _assert_same_training(result, reference)
+    assert_same_training(result, sharded_reference)
     log = (tmp_path / "log").read_text()
     assert log.count('"iteration":') == 12
 
 
 @pytest.mark.slow
 def test_async_plain_snapshot_of_2_ranks_resumes_with_ddp_on_4_and_without_a_process_group(
-    tmp_path: Path, reference: dict[str, Any], run: Run
+    tmp_path: Path,
+    sharded_reference: dict[str, Any],
+    assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
+    run: Run,
 ) -> None:
     run(tmp_path, 2, "--async-save", "--n-retains", "2", "--stop-at", "7")
     assert sorted(p.name for p in tmp_path.glob("snapshot_iter_*")) == [
@@ -117,12 +100,15 @@ def test_async_plain_snapshot_of_2_ranks_resumes_with_ddp_on_4_and_without_a_pro
     run(tmp_path, 0, "--result", str(tmp_path / "result.pt"))
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_8")
-    _assert_same_training(result, reference)
+    assert_same_training(result, sharded_reference)
 
 
 @pytest.mark.slow
 def test_sigkill_of_a_rank_mid_save_resumes_from_the_last_complete_snapshot(
-    tmp_path: Path, reference: dict[str, Any], run: Run
+    tmp_path: Path,
+    sharded_reference: dict[str, Any],
+    assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
+    run: Run,
 ) -> None:
     killed = run(
         tmp_path,
@@ -148,7 +134,7 @@ def test_sigkill_of_a_rank_mid_save_resumes_from_the_last_complete_snapshot(
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_4")
     assert not any(p.name.startswith(".snapshot_iter_6.tmp-") for p in tmp_path.iterdir())
-    _assert_same_training(result, reference)
+    assert_same_training(result, sharded_reference)
 
 
 @pytest.mark.slow
@@ -172,7 +158,10 @@ def test_missing_shard_and_missing_rank_are_errors_on_every_rank_not_hangs(
 
 @pytest.mark.slow
 def test_a_ppe09_distributed_snapshot_resumes_on_2_ranks_and_is_kept(
-    tmp_path: Path, reference: dict[str, Any], run: Run
+    tmp_path: Path,
+    sharded_reference: dict[str, Any],
+    assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
+    run: Run,
 ) -> None:
     # A PPE 0.9 job in SnapshotMode.DISTRIBUTED left one file, written by the saver rank.
     run(tmp_path, 2, "--mode", "DISTRIBUTED", "--write-ppe09", "--stop-at", "4")
@@ -180,7 +169,7 @@ def test_a_ppe09_distributed_snapshot_resumes_on_2_ranks_and_is_kept(
     run(tmp_path, 2, "--mode", "DISTRIBUTED", "--result", str(tmp_path / "result.pt"))
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_4")
-    _assert_same_training(result, reference)
+    assert_same_training(result, sharded_reference)
     # Ours writes the same kind of file, and leaves 0.9's as it was.
     assert (tmp_path / "snapshot_iter_4").read_bytes() == written
     for iteration in (6, 8, 10, 12):
@@ -191,7 +180,10 @@ def test_a_ppe09_distributed_snapshot_resumes_on_2_ranks_and_is_kept(
 
 @pytest.mark.slow
 def test_a_ppe09_sharded_snapshot_resumes_on_as_many_ranks_only(
-    tmp_path: Path, reference: dict[str, Any], run: Run
+    tmp_path: Path,
+    sharded_reference: dict[str, Any],
+    assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
+    run: Run,
 ) -> None:
     # A PPE 0.9 job in SnapshotMode.SHARDED left one file per rank and a 'complete' marker.
     run(tmp_path, 2, "--mode", "SHARDED", "--write-ppe09", "--stop-at", "4")
@@ -202,6 +194,6 @@ def test_a_ppe09_sharded_snapshot_resumes_on_as_many_ranks_only(
     run(tmp_path, 2, "--mode", "SHARDED", "--result", str(tmp_path / "result.pt"))
     result = _result(tmp_path / "result.pt")
     assert result["resumed_from"] == str(tmp_path / "snapshot_iter_4")
-    _assert_same_training(result, reference)
+    assert_same_training(result, sharded_reference)
     assert sorted(os.listdir(tmp_path / "snapshot_iter_4")) == ["0", "1", "complete"]
     assert (tmp_path / "snapshot_iter_12" / ".metadata").exists()  # ours: DCP

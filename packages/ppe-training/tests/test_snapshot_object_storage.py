@@ -4,7 +4,6 @@ under torchrun (sharded_train.py) and in one process."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,18 +22,6 @@ SCRIPT = Path(__file__).with_name("sharded_train.py")
 TIMEOUT = 240
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """An uninterrupted run of sharded_train.py on the local disk, in this process."""
-    out = tmp_path_factory.mktemp("reference")
-    spec = importlib.util.spec_from_file_location("ppe_training_sharded_train_s3", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main([str(out), "--result", str(out / "result.pt")])
-    return torch.load(out / "result.pt", weights_only=True)  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -69,13 +56,6 @@ def run(
     return run_script
 
 
-def _assert_same_training(result: dict[str, Any], reference: dict[str, Any]) -> None:
-    assert result["iteration"] == reference["iteration"] == 12
-    for name, value in reference["weights"].items():
-        torch.testing.assert_close(result["weights"][name], value, rtol=1e-4, atol=1e-5)
-    assert [v for _, v in result["log"]] == pytest.approx([v for _, v in reference["log"]])
-
-
 # The snapshot of each mode: what lands in the bucket for snapshot_iter_<n>.
 _LAYOUT = {
     "DEFAULT": lambda n: [f"snapshot_iter_{n}"],
@@ -97,7 +77,8 @@ _LAYOUT = {
 def test_snapshots_of_2_ranks_land_in_the_bucket_are_retained_there_and_resume(
     s3_server: Any,
     run: Run,
-    reference: dict[str, Any],
+    sharded_reference: dict[str, Any],
+    assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     mode: str,
@@ -115,7 +96,7 @@ def test_snapshots_of_2_ranks_land_in_the_bucket_are_retained_there_and_resume(
     # rank 0 wrote the result on the local disk (the test's file, not the snapshot's)
     local = torch.load(tmp_path / "result.pt", weights_only=True)
     assert local["resumed_from"] == f"{out}/snapshot_iter_6"
-    _assert_same_training(local, reference)
+    assert_same_training(local, sharded_reference)
     assert [k for k in s3_server.objects(bucket, "run/") if "snapshot" in k] == sorted(
         f"run/{key}" for n in (10, 12) for key in _LAYOUT[mode](n)
     )
@@ -125,7 +106,8 @@ def test_snapshots_of_2_ranks_land_in_the_bucket_are_retained_there_and_resume(
 def test_a_rank_killed_during_the_upload_leaves_the_previous_snapshot_loadable(
     s3_server: Any,
     run: Run,
-    reference: dict[str, Any],
+    sharded_reference: dict[str, Any],
+    assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -143,7 +125,7 @@ def test_a_rank_killed_during_the_upload_leaves_the_previous_snapshot_loadable(
     assert "snapshot_iter_6' is a sharded snapshot without its ppe_snapshot.json" in resumed.stderr
     result = torch.load(tmp_path / "result.pt", weights_only=True)
     assert result["resumed_from"] == "run/snapshot_iter_4"
-    _assert_same_training(result, reference)
+    assert_same_training(result, sharded_reference)
     # Written again by the resumed job, complete this time; no temporary anywhere.
     keys = s3_server.objects(bucket, "run/")
     assert "run/snapshot_iter_6/ppe_snapshot.json" in keys
