@@ -200,26 +200,15 @@ def test_a_writer_that_is_not_callable_is_rejected_by_the_manager_and_the_snapsh
         ext_module.snapshot(writer=3)  # type: ignore[arg-type]
 
 
-class _MinimalFileSystem:
+class _MinimalFileSystem(LocalFileSystem):
     """A user's file system with only the methods a writer needs (no isdir, size...)."""
 
-    def open(self, path: str, mode: str = "rb") -> Any:
-        return open(path, mode)
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
-
-    def makedirs(self, path: str, exist_ok: bool = False) -> None:
-        os.makedirs(path, exist_ok=exist_ok)
-
-    def rename(self, src: str, dst: str) -> None:
-        os.replace(src, dst)
-
-    def remove(self, path: str) -> None:
-        os.remove(path)
-
-    def listdir(self, path: str) -> list[str]:
-        return os.listdir(path)
+    isdir = None  # type: ignore[assignment]
+    size = None  # type: ignore[assignment]
+    remove_tree = None  # type: ignore[assignment]
+    fsync = None  # type: ignore[assignment]
+    fsync_dir = None  # type: ignore[assignment]
+    local_root = None
 
 
 def test_a_minimal_file_system_retains_autoloads_and_refuses_to_replace_a_directory(
