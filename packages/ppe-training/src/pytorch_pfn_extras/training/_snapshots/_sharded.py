@@ -285,8 +285,6 @@ class _ShardedSnapshot(Extension):
             state = _manager_state.manager_state(manager, group, comm.is_coordinator)
         else:
             state = _manager_state.target_state(self._target)
-        if self._async and self._stager is None:
-            self._stager = self._new_stager(manager)
         return _dcp.save(state, self._storage, temporary, group, stager=self._stager)
 
     def _new_stager(self, manager: ExtensionsManagerProtocol) -> Any:
