@@ -12,6 +12,9 @@ the same weights. ``--stop-at N`` ends the run after iteration N (a preempted jo
 ``complete``), laid out from 0.9's description with ``torch.save``. Rank 0
 writes ``--result`` (the full weights, the iteration and LogReport's log) with torch.save.
 Started without torch.distributed.run it runs in one process without a process group.
+With ``--preempt`` a ``PreemptionHandler`` is extended, and ``--signal-at N`` makes rank
+``--signal-rank`` send ``--signal`` to itself (or, ``--signal-to parent``, to the torchrun
+agent: its parent, or ``PPE_TEST_AGENT_PID``) during iteration N: a preempted job.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import datetime
 import os
 import signal
+import time
 from typing import Any
 
 import torch
@@ -96,6 +100,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kill-rank", type=int, default=-1, help="SIGKILL this rank ...")
     parser.add_argument("--kill-at", type=int, default=0, help="... writing this snapshot")
     parser.add_argument("--skip-rank", type=int, default=-1, help="this rank skips snapshots")
+    parser.add_argument("--preempt", action="store_true", help="extend a PreemptionHandler")
+    parser.add_argument("--requeue", action="store_true", help="... with requeue=True")
+    parser.add_argument("--signal-at", type=int, default=0, help="send a signal in this iteration")
+    parser.add_argument("--signal-rank", type=int, default=0, help="... from this rank")
+    parser.add_argument(
+        "--signal-to", choices=["self", "parent"], default="self", help="... to it or its parent"
+    )
+    parser.add_argument("--signal", default="SIGTERM", help="... this signal")
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds of each iteration")
     args = parser.parse_args(argv)
 
     distributed = "RANK" in os.environ
@@ -132,6 +145,11 @@ def main(argv: list[str] | None = None) -> None:
         manager.extend(snapshot, trigger=(2, "iteration"))
     if rank == args.kill_rank:
         arm_kill(args.kill_at)
+    handler = None
+    if args.preempt:
+        handler = ext_module.PreemptionHandler(requeue=args.requeue)
+        manager.extend(handler)
+    signal_at = args.signal_at if rank == args.signal_rank else 0
 
     local = slice(rank, ROWS, world)
     try:
@@ -143,6 +161,12 @@ def main(argv: list[str] | None = None) -> None:
                 break
             x, t = batch(manager.iteration)
             with manager.run_iteration():
+                if manager.iteration + 1 == signal_at:
+                    agent = int(os.environ.get("PPE_TEST_AGENT_PID", os.getppid()))
+                    target = os.getpid() if args.signal_to == "self" else agent
+                    os.kill(target, signal.Signals[args.signal])
+                if args.sleep:
+                    time.sleep(args.sleep)
                 loss = torch.nn.functional.mse_loss(model(x[local]), t[local])
                 optimizer.zero_grad()
                 loss.backward()
@@ -169,10 +193,13 @@ def main(argv: list[str] | None = None) -> None:
                     "log": [(e["iteration"], e["loss"]) for e in log],
                     "lr": optimizer.param_groups[0]["lr"],
                     "resumed_from": snapshot.resumed_from,  # type: ignore[attr-defined]
+                    "preempted": handler is not None and handler.preempted,
+                    "stop_iteration": None if handler is None else handler.stop_iteration,
                 },
                 args.result,
             )
-        print(f"RANK {rank} DONE {manager.iteration}", flush=True)
+        preempted = handler is not None and handler.preempted
+        print(f"RANK {rank} DONE {manager.iteration} PREEMPTED {preempted}", flush=True)
     finally:
         if distributed:
             dist.destroy_process_group()

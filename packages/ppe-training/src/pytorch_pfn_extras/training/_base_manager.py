@@ -128,6 +128,7 @@ class _BaseExtensionsManager:
         self._elapsed_before = 0.0
         self._stop_iteration = -1
         self._stop_result = False
+        self._stop_reason: str | None = None  # set by _request_stop (a preemption)
         self._previous_observation: dict[str, Any] = {}
         self._entries: list[ExtensionEntry] = []
         self._runners_before_stop: list[_Runner] = []
@@ -262,10 +263,19 @@ class _BaseExtensionsManager:
             return True
         if not self._started:
             self.start_extensions()
-        stop = self._evaluate_stop_trigger()
+        stop = self._evaluate_stop_trigger() or self._stop_reason is not None
         if stop and not self._finalized:
             self.finalize()
         return stop
+
+    def _request_stop(self, reason: str) -> None:
+        """End training after the running iteration, whatever the stop trigger says
+        (:class:`~pytorch_pfn_extras.training.extensions.PreemptionHandler`).
+
+        The stop trigger's own state and result are left as they are, so a snapshot records
+        them and a resumed run goes on.
+        """
+        self._stop_reason = reason
 
     def _evaluate_stop_trigger(self) -> bool:
         if self._stop_iteration != self.iteration:
@@ -450,8 +460,9 @@ class _BaseExtensionsManager:
             )
             raise RuntimeError(message)
         if self._finalized:
+            why = self._stop_reason or "the stop trigger fired"
             message = (
-                f"training has finished (the stop trigger fired at iteration {self.iteration}); "
+                f"training has finished ({why} at iteration {self.iteration}); "
                 "stop the loop there: `while not manager.stop_trigger:`, and when training can "
                 "end mid-epoch, `if manager.stop_trigger: break` before run_iteration()"
             )
@@ -482,7 +493,7 @@ class _BaseExtensionsManager:
     def _end_iteration(self) -> None:
         """Run the extensions of the iteration just counted, close it; finalize at the end."""
         self.run_extensions()
-        stop = self._evaluate_stop_trigger()
+        stop = self._evaluate_stop_trigger() or self._stop_reason is not None
         self._close_scope()
         if stop:
             self.finalize()

@@ -108,13 +108,30 @@ def _check_options(
         SnapshotFiles(filename)  # a template it cannot list snapshots of fails here
 
 
-class _Snapshot(Extension):
-    """The extension returned by :func:`snapshot` in the DEFAULT and DISTRIBUTED modes: one
-    file through the writer."""
+class SnapshotExtension(Extension):
+    """What every snapshot extension offers the code that forces one to run (preemption).
+
+    Attributes:
+        ran_at: The iteration at which the extension last ran (``-1``: never).
+    """
 
     trigger: TriggerLike = (1, "epoch")
     priority = PRIORITY_SNAPSHOT
     needs_model_state = True
+    ran_at = -1
+
+    def wait_for_writes(self, manager: ExtensionsManagerProtocol) -> None:
+        """Wait until the snapshots written so far are complete (committed).
+
+        Raises:
+            Exception: A write failed.
+        """
+        raise NotImplementedError
+
+
+class _Snapshot(SnapshotExtension):
+    """The extension returned by :func:`snapshot` in the DEFAULT and DISTRIBUTED modes: one
+    file through the writer."""
 
     def __init__(
         self,
@@ -284,6 +301,7 @@ class _Snapshot(Extension):
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Write a snapshot (if ``condition`` allows it and this process is the saver)."""
+        self.ran_at = manager.iteration
         if self._condition is not None and not self._condition():
             return
         self._save(manager)
@@ -314,6 +332,12 @@ class _Snapshot(Extension):
             # A writer without post-save hooks (a plain callable) is synchronous: the file
             # is complete once it returns, so clean up now, where it wrote.
             self._after_save(path, storage=self._storage_of(writer), out=out)
+
+    def wait_for_writes(self, manager: ExtensionsManagerProtocol) -> None:
+        """Wait until the writer has written every snapshot (a background writer's
+        ``finalize()``, which leaves it usable)."""
+        if self._is_saver:
+            finalize_writer(self._writer_of(manager))
 
     def _after_save(self, path: str, *, storage: Storage, out: str) -> None:
         """Delete the oldest snapshot files beyond ``n_retains`` once ``path`` is complete.

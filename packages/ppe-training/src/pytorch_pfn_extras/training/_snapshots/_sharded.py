@@ -19,8 +19,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension
 from pytorch_pfn_extras.training._snapshots._comm import Comm
+from pytorch_pfn_extras.training._snapshots._extension import Filename, SnapshotExtension
 from pytorch_pfn_extras.training._snapshots._layout import (
     Found,
     Manifest,
@@ -32,7 +32,6 @@ from pytorch_pfn_extras.training._snapshots._layout import (
 )
 from pytorch_pfn_extras.training._snapshots._load import load_file
 from pytorch_pfn_extras.training._snapshots._storage import Storage
-from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.training._version import __version__
 from pytorch_pfn_extras.training._writer_util import check_writer
 
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
     from pytorch_pfn_extras.training._snapshots._dcp import Group
     from pytorch_pfn_extras.writing import Writer
 
-Filename = str | Callable[["ExtensionsManagerProtocol"], str]
 _WHAT = "snapshot(snapshot_mode=SnapshotMode.SHARDED)"
 
 
@@ -64,12 +62,8 @@ class _Choice:
     error: BaseException | None = None
 
 
-class _ShardedSnapshot(Extension):
+class _ShardedSnapshot(SnapshotExtension):
     """The extension returned by ``snapshot(snapshot_mode=SnapshotMode.SHARDED)``."""
-
-    trigger: TriggerLike = (1, "epoch")
-    priority = PRIORITY_SNAPSHOT
-    needs_model_state = True
 
     def __init__(
         self,
@@ -225,6 +219,7 @@ class _ShardedSnapshot(Extension):
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Write a snapshot with every rank (if ``condition`` allows it)."""
+        self.ran_at = manager.iteration
         if self._condition is not None and not self._condition():
             return
         self._save(manager)
@@ -367,6 +362,10 @@ class _ShardedSnapshot(Extension):
                 f"committing the asynchronous snapshot {pending.name!r} failed: {pending.error}"
             )
             raise RuntimeError(message) from pending.error
+
+    def wait_for_writes(self, manager: ExtensionsManagerProtocol) -> None:
+        """Wait for the asynchronous save in flight and its commit (:meth:`wait`)."""
+        self.wait()
 
     # ------------------------------------------------------------------ ending
 

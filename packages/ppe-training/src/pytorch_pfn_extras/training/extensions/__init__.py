@@ -44,6 +44,7 @@ from pytorch_pfn_extras.training.extensions._lr_scheduler import LRScheduler
 from pytorch_pfn_extras.training.extensions._micro_average import MicroAverage
 from pytorch_pfn_extras.training.extensions._parameter_statistics import ParameterStatistics
 from pytorch_pfn_extras.training.extensions._plot_report import PlotReport
+from pytorch_pfn_extras.training.extensions._preemption import PreemptionHandler
 from pytorch_pfn_extras.training.extensions._print_report import (
     PrintReport,
     PrintReportNotebook,
@@ -87,6 +88,7 @@ __all__ = [
     "MinValue",
     "ParameterStatistics",
     "PlotReport",
+    "PreemptionHandler",
     "PrintReport",
     "PrintReportCLI",
     "PrintReportNotebook",
