@@ -1,16 +1,18 @@
 """Shared helpers of the ppe-training tests (as fixtures): free TCP ports, OpenMPI's mpirun,
-``python -m torch.distributed.run``, and the uninterrupted run of ``sharded_train.py`` that
-resumed runs are compared with."""
+``python -m torch.distributed.run``, the uninterrupted run of ``sharded_train.py`` that
+resumed runs are compared with, and a single-node Slurm cluster."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -116,3 +118,38 @@ def assert_same_training() -> Callable[[dict[str, Any], dict[str, Any]], None]:
         assert [v for _, v in result["log"]] == pytest.approx([v for _, v in reference["log"]])
 
     return check
+
+
+def _load_slurm() -> ModuleType:
+    """``_slurm.py`` beside this file, loaded once under the name ``ppe_training_tests_slurm``
+    (the test modules import it by that name: this directory is not on ``sys.path``)."""
+    name = "ppe_training_tests_slurm"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_slurm.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_slurm = _load_slurm()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_slurm.SlurmCluster]:
+    """A started single-node Slurm cluster (``_slurm.SlurmCluster``) of this test process, on
+    127.0.0.1, stopped at the end. The test is skipped, with the reason, where Slurm is not
+    installed (``scripts/install_slurm.sh``) or its daemons do not start (their log tails)."""
+    reason = _slurm.slurm_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = _slurm.SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()  # stops what it started when it fails
+    except _slurm.SlurmError as error:
+        pytest.skip(f"the Slurm cluster of the tests did not start: {error}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

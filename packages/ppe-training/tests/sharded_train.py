@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--signal", default="SIGTERM", help="... this signal")
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds of each iteration")
+    parser.add_argument("--check-interval", type=float, default=0.0, help="the handler's")
     args = parser.parse_args(argv)
 
     distributed = "RANK" in os.environ
@@ -147,7 +148,9 @@ def main(argv: list[str] | None = None) -> None:
         arm_kill(args.kill_at)
     handler = None
     if args.preempt:
-        handler = ext_module.PreemptionHandler(requeue=args.requeue)
+        handler = ext_module.PreemptionHandler(
+            requeue=args.requeue, check_interval=args.check_interval
+        )
         manager.extend(handler)
     signal_at = args.signal_at if rank == args.signal_rank else 0
 

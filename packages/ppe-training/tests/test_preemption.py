@@ -560,6 +560,15 @@ def test_a_bad_requeue_command_is_refused(command: Any) -> None:
         ext_module.PreemptionHandler(requeue_command=command)
 
 
+@pytest.mark.parametrize(
+    ("interval", "error"),
+    [(-1, ValueError), (float("nan"), ValueError), ("0.1", TypeError), (True, TypeError)],
+)
+def test_a_bad_check_interval_is_refused(interval: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match=f"check_interval must be a number of seconds.*{interval!r}"):
+        ext_module.PreemptionHandler(check_interval=interval)
+
+
 def test_requeue_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="requeue must be a bool, got 'yes'"):
         ext_module.PreemptionHandler(requeue="yes")  # type: ignore[arg-type]

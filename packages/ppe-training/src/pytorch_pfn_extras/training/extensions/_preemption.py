@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -66,38 +67,61 @@ class _EveryIteration(Trigger):
 
 
 class _Agreement:
-    """The ranks' agreement on the first iteration at which any of them had a signal.
+    """The ranks' agreement on an iteration at which to stop, once any of them had a signal.
 
-    Each :meth:`exchange` starts an all-reduce (MAX) of this rank's signal number and
-    returns the result of the one the previous call started (0 at the first call), which
-    had a whole iteration to complete: every rank gets the same answer at the same call.
+    At some iteration boundaries (the same on every rank) :meth:`poll` reads the result of
+    the exchange started at the previous such boundary, which had the time between them to
+    complete, and starts the next one: a non-blocking all-reduce (MAX) of this rank's signal
+    and of the number of iterations it proposes until the next exchange, so that exchanges
+    happen about every ``period`` seconds (at least one iteration apart). Every rank reads
+    the same result at the same boundary: the same decision, and the same next boundary.
+
+    Args:
+        comm: The ranks, with a gloo group of their own.
+        period: Seconds between exchanges (0: after every iteration).
     """
 
-    def __init__(self, comm: Comm) -> None:
+    _MAX_INTERVAL = 10_000  # iterations between exchanges, whatever the iteration time
+
+    def __init__(self, comm: Comm, period: float) -> None:
         import torch
 
         self._comm = comm
-        self._flag = torch.zeros(1, dtype=torch.int64)
-        self._view = self._flag.numpy()  # reads and writes without a torch op
+        self._period = period
+        self._buffer = torch.zeros(2, dtype=torch.int64)  # [signal, proposed interval]
+        self._view = self._buffer.numpy()  # reads and writes without a torch op
         self._work: Any = None
+        self._countdown = 1  # boundaries until the next exchange
+        self._interval = 1  # iterations between the last exchange and the next
+        self._started_at = 0.0  # when the last exchange started (perf_counter)
 
-    def exchange(self, signum: int) -> int:
-        """Start the next exchange with ``signum`` and return the previous one's result;
-        once that is not 0 (the ranks agree), none is started."""
+    def poll(self, signum: int) -> int:
+        """At an exchange boundary, start the next exchange with ``signum`` and return the
+        previous one's agreed signal (0: none); once that is not 0, none is started."""
+        self._countdown -= 1
+        if self._countdown > 0:
+            return 0
         import torch.distributed as dist
 
-        result = 0
+        now = time.perf_counter()
+        interval = 1
         if self._work is not None:
             self._work.wait()
-            result = int(self._view[0])
-            if result:
+            agreed, interval = int(self._view[0]), int(self._view[1])
+            if agreed:
                 self._work = None  # decided: no further exchange
-                return result
-        self._view[0] = signum
+                return agreed
+        proposal = 1
+        if self._period > 0 and self._started_at:
+            per_iteration = max((now - self._started_at) / self._interval, 1e-9)
+            proposal = min(max(int(self._period / per_iteration), 1), self._MAX_INTERVAL)
+        self._view[0], self._view[1] = signum, proposal
         self._work = dist.all_reduce(
-            self._flag, op=dist.ReduceOp.MAX, group=self._comm.group, async_op=True
+            self._buffer, op=dist.ReduceOp.MAX, group=self._comm.group, async_op=True
         )
-        return result
+        self._countdown = self._interval = interval
+        self._started_at = now
+        return 0
 
     def settle(self) -> None:
         """Wait for the exchange in flight (every rank started it), if any."""
@@ -120,10 +144,17 @@ class PreemptionHandler(Extension):
     ``sbatch --signal=B:USR1@90``) or SIGTERM before its SIGKILL, Kubernetes sends SIGTERM
     and kills after ``terminationGracePeriodSeconds``, torchrun forwards the SIGTERM it gets
     to its workers. With this extension the first of ``signals`` does nothing but set a flag
-    (no I/O, no collective, nothing else runs in the signal handler). At the end of the
-    iteration in which every rank knows of it (the same iteration on every rank, one or two
-    after the signal with several ranks, the same one in a single process), every snapshot
-    extension of the manager (:func:`~pytorch_pfn_extras.training.extensions.snapshot` and
+    (no I/O, no collective, nothing else runs in the signal handler). In a single process,
+    the run stops at the end of the iteration in which the signal came. With several ranks
+    (``torch.distributed``), the ranks exchange what they received about every
+    ``check_interval`` seconds, whole iterations apart and at the same iterations on every
+    rank, through a non-blocking all-reduce on a gloo group of their own that is started at
+    one exchange and read at the next, so that no rank waits for the others on the
+    iteration's path; they stop together at the iteration where the exchange that carries
+    the signal is read, within about two ``check_interval`` (and one iteration) of it.
+
+    There, every snapshot extension of the manager
+    (:func:`~pytorch_pfn_extras.training.extensions.snapshot` and
     :func:`~pytorch_pfn_extras.training.extensions.snapshot_object`, every mode, also
     asynchronous ones) that did not run at that iteration runs once, whatever its trigger;
     every rank waits until they are committed; then the manager stops (``manager.stop_trigger``
@@ -151,6 +182,9 @@ class PreemptionHandler(Extension):
             callable ``fn(job_id)``; ``("scontrol", "requeue", "{job_id}")`` by default.
             Without Slurm (no ``SLURM_JOB_ID``) ``job_id`` is ``None`` and the default
             command is not run (a warning says so); a custom one still is.
+        check_interval: With several ranks, the seconds between their exchanges (rounded
+            to whole iterations, at least one; ``0``: after every iteration). An exchange
+            costs a small all-reduce: 0.1 s keeps it within the noise of a training loop.
 
     Attributes:
         preempted: Whether the run stopped because of a signal.
@@ -160,8 +194,9 @@ class PreemptionHandler(Extension):
 
     Raises:
         ValueError: ``signals`` is empty or holds something that is not a signal that can
-            be caught (SIGKILL and SIGSTOP cannot).
-        TypeError: ``requeue_command`` is neither a sequence of strings nor a callable.
+            be caught (SIGKILL and SIGSTOP cannot), or ``check_interval`` is negative.
+        TypeError: ``requeue_command`` is neither a sequence of strings nor a callable, or
+            ``check_interval`` is not a number.
 
     Example:
         >>> manager.extend(extensions.snapshot(autoload=True), trigger=(5000, "iteration"))
@@ -177,8 +212,16 @@ class PreemptionHandler(Extension):
         *,
         requeue: bool = False,
         requeue_command: Sequence[str] | Callable[[str | None], Any] | None = None,
+        check_interval: float = 0.1,
     ) -> None:
         self._signals = _check_signals(signals)
+        if isinstance(check_interval, bool) or not isinstance(check_interval, (int, float)):
+            message = f"check_interval must be a number of seconds, got {check_interval!r}"
+            raise TypeError(message)
+        if not check_interval >= 0:  # NaN too
+            message = f"check_interval must be a number of seconds >= 0, got {check_interval!r}"
+            raise ValueError(message)
+        self._check_interval = float(check_interval)
         if not isinstance(requeue, bool):
             message = f"requeue must be a bool, got {requeue!r}"
             raise TypeError(message)
@@ -259,7 +302,7 @@ class PreemptionHandler(Extension):
             from pytorch_pfn_extras.training._snapshots._comm import Comm
 
             if self._agreement is None:
-                self._agreement = _Agreement(Comm(None, "PreemptionHandler"))
+                self._agreement = _Agreement(Comm(None, "PreemptionHandler"), self._check_interval)
             self._rank = dist.get_rank()
         if not _snapshots_of(manager):
             logger.warning(
@@ -282,7 +325,7 @@ class PreemptionHandler(Extension):
             if self.received is not None:
                 self._preempt(manager, self.received)
             return
-        decided = agreement.exchange(self.received or 0)
+        decided = agreement.poll(self.received or 0)
         if decided:
             self._decided = decided
             self._preempt(manager, decided)
