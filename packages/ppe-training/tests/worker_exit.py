@@ -26,7 +26,7 @@ def main() -> int:
     sys.stderr.write(done.stderr)
     tail = "\n".join(done.stderr.splitlines()[-20:])
     (record / f"exit_{os.environ['RANK']}").write_text(f"{done.returncode}\n{tail}")
-    return done.returncode
+    return 128 - done.returncode if done.returncode < 0 else done.returncode  # the shell's way
 
 
 if __name__ == "__main__":

@@ -39,13 +39,13 @@ _SLURM_REQUEUE = ("scontrol", "requeue", "{job_id}")
 _REQUEUE_TIMEOUT = 60.0  # seconds: scontrol answers in well under a second
 
 
-def slurm_job_id(environ: os._Environ[str] | dict[str, str] | None = None) -> str | None:
+def slurm_job_id() -> str | None:
     """The id ``scontrol requeue`` takes for this Slurm job, or ``None`` outside Slurm.
 
     A task of a job array is ``<SLURM_ARRAY_JOB_ID>_<SLURM_ARRAY_TASK_ID>``; any other job
     is ``SLURM_JOB_ID``.
     """
-    env = os.environ if environ is None else environ
+    env = os.environ
     array_job, array_task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
     if array_job and array_task:
         return f"{array_job}_{array_task}"
