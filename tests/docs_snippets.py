@@ -12,8 +12,8 @@ the rendered page does not see, steer the run; each sits on its own lines:
   - ``<!-- file: NAME -->`` (before a block of any language, such as YAML) writes the block's
     text to ``NAME``, for the blocks that read it;
 
-- after a Python block: ``<!-- check: CODE -->`` runs ``CODE`` in the page's namespace, with
-  three more names: ``printed`` (what the block printed), ``warned`` (the warnings it raised,
+- after a Python block: ``<!-- check: CODE -->`` runs ``CODE``, which must hold an
+  ``assert``, in the page's namespace, with three more names: ``printed`` (what the block printed), ``warned`` (the warnings it raised,
   ``warnings.WarningMessage`` objects) and ``block`` (its code, for ``exec(block)``).
 
 A block that warns fails unless a check empties ``warned``. Blocks made of ``>>>`` examples run
@@ -23,6 +23,7 @@ never turns a check off silently.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import doctest
 import importlib.util
@@ -156,7 +157,23 @@ def _marker(comment: str, line: int, page: str) -> Marker | None:
         raise MarkerError(
             f"{page}:{line}: {marker_name!r} needs a text: <!-- {marker_name}: ... -->"
         )
+    if marker_name == "check" and not _asserts(content):
+        message = (
+            f"{page}:{line}: a check must assert something (`assert ...`): a bare expression "
+            "is computed and thrown away, so the check could never fail"
+        )
+        raise MarkerError(message)
     return Marker(marker_name, content, line)
+
+
+def _asserts(code: str) -> bool:
+    """Whether ``code`` holds an ``assert`` statement (code that does not parse counts: the
+    run reports its syntax error)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return True
+    return any(isinstance(node, ast.Assert) for node in ast.walk(tree))
 
 
 def _attach(items: list[Block | Marker | None], page: str) -> list[Block]:

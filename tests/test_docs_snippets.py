@@ -172,8 +172,13 @@ def test_the_parser_attaches_markers_and_runs_the_page_in_order(tmp_path: Path) 
         ("<!-- skip: -->\n```python\npass\n```\n", "'skip' needs a text"),
         ("<!-- skip: why -->\nText.\n\n```python\npass\n```\n", "must precede a block"),
         ("<!-- setup: x = 1 -->\n```bash\nls\n```\n", "precedes a bash block"),
-        ("Text.\n<!-- check: True -->\n", "'check' must follow a Python block"),
-        ("```python\npass\n```\nText.\n<!-- check: True -->\n", "must follow a Python block"),
+        ("Text.\n<!-- check: assert True -->\n", "'check' must follow a Python block"),
+        (
+            "```python\npass\n```\nText.\n<!-- check: assert True -->\n",
+            "must follow a Python block",
+        ),
+        ("```python\nx = 1\n```\n<!-- check: x == 2 -->\n", "a check must assert something"),
+        ("```python\nx = 1\n```\n<!-- check:\nprint(x)\n-->\n", "a check must assert"),
         ("<!-- skip: why -->\n", "precedes no block"),
         ("<!-- setup: x = 1\n", "never ends"),
     ],
@@ -186,7 +191,7 @@ def test_misplaced_or_misspelt_markers_are_errors(text: str, message: str) -> No
 @pytest.mark.parametrize(
     ("text", "error", "message"),
     [
-        ("```python\nassert 1 == 2\n```\n<!-- check: pass -->\n", AssertionError, None),
+        ("```python\nassert 1 == 2\n```\n<!-- check: assert True -->\n", AssertionError, None),
         ("```python\nx = 1\n```\n<!-- check: assert x == 2 -->\n", AssertionError, None),
         (
             "```python\nimport warnings\nwarnings.warn('careful')\n```\n",
