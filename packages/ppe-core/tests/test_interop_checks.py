@@ -1,4 +1,4 @@
-"""``is_int``: the "an int, not a bool" check of ppe-core and the distributions built on it."""
+"""``interop.is_int``: the "an int, not a bool" check of ppe-core and the distributions built on it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.nn import Ensure, ExtendedSequential
 from pytorch_pfn_extras.writing import ThreadQueueWriter
 

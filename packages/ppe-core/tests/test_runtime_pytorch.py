@@ -16,6 +16,7 @@ from pytorch_pfn_extras.runtime import (
     BaseRuntime,
     CodeBlock,
     PyTorchRuntime,
+    call_with_batch,
     forward,
     get_runtime,
     map,
@@ -365,3 +366,43 @@ def test_map_dispatches_to_the_runtime_of_the_module() -> None:
     assert [tag for tag, _ in outs] == ["prefetched", "prefetched"]
     assert isinstance(get_runtime(model), PrefetchingRuntime)
     assert isinstance(forward(model), CodeBlock)
+
+
+def _arguments(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return args, kwargs
+
+
+_PAIR = Pair(torch.ones(1), "a")
+
+
+@pytest.mark.parametrize(
+    ("batch", "args", "kwargs"),
+    [
+        ({"x": 1, "t": 2}, (), {"x": 1, "t": 2}),
+        (collections.OrderedDict(x=1), (), {"x": 1}),
+        ((1, 2), (1, 2), {}),
+        ([1, 2], (1, 2), {}),
+        (_PAIR, (_PAIR.x, "a"), {}),  # a named tuple is a tuple
+        ("batch", ("batch",), {}),
+    ],
+)
+def test_call_with_batch_passes_a_batch_as_ppe_map_does(
+    batch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    got_args, got_kwargs = call_with_batch(_arguments, batch)
+    assert len(got_args) == len(args) and all(g is e for g, e in zip(got_args, args))
+    assert got_kwargs == kwargs
+    (mapped,) = map(_arguments, [batch])  # a plain callable: ppe.map passes the batch alike
+    assert len(mapped[0]) == len(args) and all(g is e for g, e in zip(mapped[0], args))
+    assert mapped[1] == kwargs
+
+
+def test_a_runtime_of_your_own_runs_code_blocks_with_call_with_batch() -> None:
+    class CallingRuntime(PyTorchRuntime):
+        def execute(self, code_block: Any, batch: Any) -> Any:
+            return call_with_batch(code_block.func, self.convert_batch(batch))
+
+    model = to(DictModel(), "cpu", runtime_class=CallingRuntime)
+    x = torch.ones(1, 3)
+    out = forward(model)({"x": x})
+    torch.testing.assert_close(out["y"], model.linear(x))

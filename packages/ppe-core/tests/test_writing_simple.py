@@ -23,6 +23,8 @@ from pytorch_pfn_extras.writing import (
     SimpleWriter,
     Writer,
     is_temporary_file,
+    remove_stale_temporaries,
+    temporary_name,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -431,3 +433,32 @@ def test_savefun_closing_its_file_is_reported(tmp_path: Path) -> None:
 def test_non_callable_post_save_hook_is_rejected() -> None:
     with pytest.raises(TypeError, match="post-save hook must be callable, got 5"):
         SimpleWriter().add_post_save_hook(5)  # type: ignore[arg-type]
+
+
+def _make_temporary_directory(out_dir: str) -> None:
+    # What code of your own does before being killed: a directory under a temporary name.
+    os.makedirs(os.path.join(out_dir, temporary_name("export")), exist_ok=False)
+
+
+def test_own_temporaries_follow_the_writers_convention_and_are_cleaned_once_their_process_is_gone(
+    tmp_path: Path,
+) -> None:
+    name = temporary_name("export")
+    assert (
+        is_temporary_file(name)
+        and name.startswith(".export.tmp-")
+        and name != temporary_name("export")
+    )
+    process = torch.multiprocessing.get_context("fork").Process(
+        target=_make_temporary_directory, args=(str(tmp_path),)
+    )
+    process.start()
+    process.join()
+    (dead,) = os.listdir(tmp_path)
+    assert is_temporary_file(dead) and f"-{process.pid}-" in dead
+    (tmp_path / dead / "part-0").write_bytes(b"half written")
+    live = tmp_path / temporary_name("export")  # this process's: still being written
+    live.write_bytes(b"in progress")
+    assert remove_stale_temporaries(LocalFileSystem(), str(tmp_path)) == [str(tmp_path / dead)]
+    assert os.listdir(tmp_path) == [live.name]
+    assert remove_stale_temporaries(LocalFileSystem(), str(tmp_path / "missing")) == []

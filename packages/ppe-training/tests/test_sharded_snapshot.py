@@ -27,7 +27,7 @@ from pytorch_pfn_extras.training import ExtensionsManager
 from pytorch_pfn_extras.training import extensions as ext_module
 from pytorch_pfn_extras.training.convert_snapshot import main as convert
 from pytorch_pfn_extras.training.convert_snapshot import sharded_to_file
-from pytorch_pfn_extras.writing._atomic import temporary_name
+from pytorch_pfn_extras.writing import temporary_name
 
 SHARDED = ext_module.SnapshotMode.SHARDED
 DISTRIBUTED = ext_module.SnapshotMode.DISTRIBUTED

@@ -16,7 +16,7 @@ import torch
 from pytorch_pfn_extras import writing
 from pytorch_pfn_extras.training import ExtensionsManager
 from pytorch_pfn_extras.training import extensions as ext_module
-from pytorch_pfn_extras.writing._atomic import temporary_name
+from pytorch_pfn_extras.writing import temporary_name
 
 SCRIPT = Path(__file__).with_name("sharded_train.py")
 TIMEOUT = 240

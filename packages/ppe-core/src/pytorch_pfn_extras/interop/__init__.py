@@ -4,6 +4,9 @@ NumPy arrays and CPU tensors are handled here. CuPy arrays and CUDA tensors go
 through an array bridge found via the ``pytorch_pfn_extras.interop_bridges``
 entry point group; ``ppe-runtime-cuda`` provides one
 (``pip install "ppe-runtime-cuda[cupy]"``).
+
+:func:`is_int` tells a Python ``int`` from a ``bool``, a NumPy integer or a 0-d tensor, for
+code that validates integer arguments the way PPE does.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pytorch_pfn_extras.interop._bridge import (
     reload_bridges,
     unregister_bridge,
 )
+from pytorch_pfn_extras.interop._checks import is_int
 from pytorch_pfn_extras.interop._convert import as_ndarray, from_ndarray, get_xp
 from pytorch_pfn_extras.interop._dtype import as_numpy_dtype, from_numpy_dtype
 
@@ -28,6 +32,7 @@ __all__ = [
     "from_ndarray",
     "from_numpy_dtype",
     "get_xp",
+    "is_int",
     "register_bridge",
     "reload_bridges",
     "unregister_bridge",

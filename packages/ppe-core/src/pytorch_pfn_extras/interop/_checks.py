@@ -1,7 +1,4 @@
-"""Type checks of Python values shared by ppe-core and the distributions built on it.
-
-Private to PPE: ppe-core's subpackages, ppe-onnx and ppe-training import it by this path.
-"""
+"""Type checks of Python values, public as ``pytorch_pfn_extras.interop.is_int``."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pytorch_pfn_extras.runtime._api import map, to
 from pytorch_pfn_extras.runtime._base import BaseRuntime
+from pytorch_pfn_extras.runtime._batch import call_with_batch
 from pytorch_pfn_extras.runtime._code_block import CodeBlock, forward, update_parameters
 from pytorch_pfn_extras.runtime._compile import compile
 from pytorch_pfn_extras.runtime._pytorch import PyTorchRuntime
@@ -14,6 +15,7 @@ __all__ = [
     "BaseRuntime",
     "CodeBlock",
     "PyTorchRuntime",
+    "call_with_batch",
     "compile",
     "forward",
     "get_runtime",

@@ -40,8 +40,26 @@ def move_to(obj: Any, device: torch.device, non_blocking: bool = False) -> Any:
 
 
 def call_with_batch(func: Callable[..., Any], batch: Any) -> Any:
-    """Call ``func`` with ``batch``: a dict as keyword arguments, a tuple or list
-    as positional arguments, anything else as the only argument."""
+    """Call ``func`` with ``batch`` the way PPE passes a batch to a model or a CodeBlock.
+
+    A mapping (a dict) is passed as keyword arguments, a tuple or a list (a named tuple
+    too) as positional arguments, anything else (a tensor) as the only argument. The
+    handler, the evaluator, ``ppe.map`` and :class:`PyTorchRuntime` all pass batches this way;
+    a runtime of your own (``BaseRuntime.execute``, ``BaseRuntime.map``) can too.
+
+    Args:
+        func: The callable to run: a module, its ``forward``, a CodeBlock, any function.
+        batch: One batch, as a data loader yields it.
+
+    Returns:
+        What ``func`` returns.
+
+    Example:
+        >>> call_with_batch(lambda x, t: x - t, {"x": 3, "t": 1})
+        2
+        >>> call_with_batch(lambda x, t: x - t, (3, 1)), call_with_batch(abs, -3)
+        (2, 3)
+    """
     if isinstance(batch, Mapping):
         return func(**batch)
     if isinstance(batch, (tuple, list)):

@@ -13,6 +13,10 @@ and process writers, ``max_pending`` for the queue writers);
 other kinds of workers (``create_worker``; ``create_queue``,
 ``create_consumer``, ``consume``).
 
+Temporary files follow one convention (:func:`temporary_name`,
+:func:`is_temporary_file`, :func:`remove_stale_temporaries`), which code writing
+next to a writer's output can share.
+
 Every writer takes ``fs=``: the local filesystem by default, any object with the
 :class:`FileSystem` methods, a pfio file system or an fsspec one (S3 through
 ``pfio.v2.from_url("s3://...")`` or ``s3fs.S3FileSystem``; see
@@ -21,7 +25,11 @@ Every writer takes ``fs=``: the local filesystem by default, any object with the
 
 from __future__ import annotations
 
-from pytorch_pfn_extras.writing._atomic import is_temporary_file
+from pytorch_pfn_extras.writing._atomic import (
+    is_temporary_file,
+    remove_stale_temporaries,
+    temporary_name,
+)
 from pytorch_pfn_extras.writing._errors import RemoteTraceback
 from pytorch_pfn_extras.writing._fs import (
     FileSystem,
@@ -58,4 +66,6 @@ __all__ = [
     "Writer",
     "adapt_file_system",
     "is_temporary_file",
+    "remove_stale_temporaries",
+    "temporary_name",
 ]

@@ -53,7 +53,24 @@ def _host_tag() -> str:
 
 
 def temporary_name(base: str) -> str:
-    """The name of a fresh temporary file for destination file name ``base``."""
+    """A fresh temporary name for the file (or directory) named ``base``, as writers use.
+
+    The name is ``.{base}.tmp-{host}-{pid}-{random}``: :func:`is_temporary_file` recognises
+    it, and :func:`remove_stale_temporaries` removes it once the process that made it is gone.
+    Code that writes a file or a directory of its own next to a writer's output (write under
+    this name, then rename) gets the same treatment for its leftovers.
+
+    Args:
+        base: The destination's file name, without its directory.
+
+    Returns:
+        A file name, without a directory; a new one at each call.
+
+    Example:
+        >>> name = temporary_name("snapshot_iter_10")
+        >>> name.startswith(".snapshot_iter_10.tmp-"), is_temporary_file(name)
+        (True, True)
+    """
     return f".{base}.tmp-{_host_tag()}-{os.getpid()}-{os.urandom(4).hex()}"
 
 
@@ -95,15 +112,23 @@ def remove_stale_temporaries(fs: FileSystem, directory: str) -> list[str]:
 
     Only temporaries created on this host (and PID namespace) by a process that
     has exited are removed; those of live writers, of this process, and of other
-    hosts sharing the directory are kept (they never disturb a write).
+    hosts sharing the directory are kept (they never disturb a write). Writers
+    run this on their output directory; call it for a directory that only your
+    own code writes into with :func:`temporary_name`.
 
     A stale temporary that is a directory (a snapshot written as a directory
     under a name from :func:`temporary_name`) is removed with
     ``fs.remove_tree`` when ``fs`` has it, and left alone otherwise; failing to
     remove one is not an error (the next scan tries again).
 
+    Args:
+        fs: The file system: a writer's ``fs``, or :class:`LocalFileSystem` for
+            the local disk.
+        directory: The directory to scan (``""`` for the current one); a
+            missing directory has nothing to remove.
+
     Returns:
-        The paths removed.
+        The paths removed (``directory`` joined with each name).
     """
     try:
         names = fs.listdir(directory or ".")

@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 import torch
 
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.onnx import _torch_onnx
 
 __all__ = ["cond", "fori_loop", "while_loop"]

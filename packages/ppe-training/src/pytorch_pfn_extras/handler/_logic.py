@@ -15,8 +15,8 @@ from pytorch_pfn_extras.handler._logic_base import (
     Optimizers,
     _type_name,
 )
-from pytorch_pfn_extras.interop._checks import is_int
-from pytorch_pfn_extras.runtime._batch import call_with_batch
+from pytorch_pfn_extras.interop import is_int
+from pytorch_pfn_extras.runtime import call_with_batch
 
 _NO_CONTEXT: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 

@@ -10,7 +10,7 @@ import torch
 
 from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.distributed._collective import rank, reduce_summary
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
 

@@ -7,7 +7,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training._base_manager import (
     ModelsLike,
     OptimizersLike,

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training import get_trigger
 from pytorch_pfn_extras.utils._comparer_record import _dump, _Recording
 from pytorch_pfn_extras.utils._comparer_run import (

@@ -10,13 +10,13 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytorch_pfn_extras.interop._checks import is_int
-from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension, check_keywords
+from pytorch_pfn_extras.interop import is_int
+from pytorch_pfn_extras.training._extension import Extension, check_keywords
+from pytorch_pfn_extras.training._snapshots._base import Filename, SnapshotExtension
 from pytorch_pfn_extras.training._snapshots._files import SnapshotFiles
 from pytorch_pfn_extras.training._snapshots._layout import describe, inspect
 from pytorch_pfn_extras.training._snapshots._load import is_disallowed_global, load_file
 from pytorch_pfn_extras.training._snapshots._storage import Storage
-from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.training._writer_util import (
     check_writer,
     file_system_of,
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
     from pytorch_pfn_extras.training._snapshots._comm import Comm
     from pytorch_pfn_extras.writing import Writer
-
-Filename = str | Callable[["ExtensionsManagerProtocol"], str]
 
 
 class SnapshotMode(enum.Enum):
@@ -106,27 +104,6 @@ def _check_options(
         raise ValueError(message)
     if isinstance(filename, str) and (autoload or n_retains > 0):
         SnapshotFiles(filename)  # a template it cannot list snapshots of fails here
-
-
-class SnapshotExtension(Extension):
-    """What every snapshot extension offers the code that forces one to run (preemption).
-
-    Attributes:
-        ran_at: The iteration at which the extension last ran (``-1``: never).
-    """
-
-    trigger: TriggerLike = (1, "epoch")
-    priority = PRIORITY_SNAPSHOT
-    needs_model_state = True
-    ran_at = -1
-
-    def wait_for_writes(self, manager: ExtensionsManagerProtocol) -> None:
-        """Wait until the snapshots written so far are complete (committed).
-
-        Raises:
-            Exception: A write failed.
-        """
-        raise NotImplementedError
 
 
 class _Snapshot(SnapshotExtension):

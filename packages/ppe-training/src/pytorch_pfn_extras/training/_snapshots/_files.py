@@ -19,7 +19,7 @@ _ORDER = ("iteration", "epoch", "epoch_detail")
 
 def _is_temporary(name: str) -> bool:
     # Writers and snapshots name their temporaries ``.{filename}.tmp-...`` (ppe-core's
-    # convention, pytorch_pfn_extras.writing._atomic.temporary_name).
+    # convention, pytorch_pfn_extras.writing.temporary_name).
     return name.startswith(".") and ".tmp-" in name
 
 

@@ -19,8 +19,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytorch_pfn_extras.training._snapshots._base import Filename, SnapshotExtension
 from pytorch_pfn_extras.training._snapshots._comm import Comm
-from pytorch_pfn_extras.training._snapshots._extension import Filename, SnapshotExtension
 from pytorch_pfn_extras.training._snapshots._layout import (
     Found,
     Manifest,

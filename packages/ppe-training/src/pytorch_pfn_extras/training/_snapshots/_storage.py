@@ -4,9 +4,9 @@ Every snapshot mode writes, commits, retains, cleans up and autoloads through th
 of its writer (``writer.fs``; the local one for a writer without ``fs``): the local disk, a
 pfio file system (``pfio.v2.from_url("s3://...")``) or an fsspec one (``s3fs``), which
 ppe-core's writers adapt to one interface. Temporaries follow ppe-core's one convention
-(``.{name}.tmp-{host}-{pid}-{random}``, :func:`pytorch_pfn_extras.writing._atomic.
-temporary_name`), and stale ones are removed by its one cleanup, which checks that the
-process that wrote them is gone.
+(``.{name}.tmp-{host}-{pid}-{random}``, :func:`pytorch_pfn_extras.writing.temporary_name`),
+and stale ones are removed by its one cleanup (:func:`pytorch_pfn_extras.writing.
+remove_stale_temporaries`), which checks that the process that wrote them is gone.
 """
 
 from __future__ import annotations
@@ -15,8 +15,12 @@ import os
 from collections.abc import Iterable
 from typing import IO, Any
 
-from pytorch_pfn_extras.writing import FileSystem, LocalFileSystem
-from pytorch_pfn_extras.writing._atomic import remove_stale_temporaries, temporary_name
+from pytorch_pfn_extras.writing import (
+    FileSystem,
+    LocalFileSystem,
+    remove_stale_temporaries,
+    temporary_name,
+)
 
 
 class Storage:

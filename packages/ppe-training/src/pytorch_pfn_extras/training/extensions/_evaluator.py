@@ -13,7 +13,7 @@ import torch
 
 from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.distributed._collective import rank, reduce_summary
-from pytorch_pfn_extras.runtime._batch import call_with_batch
+from pytorch_pfn_extras.runtime import call_with_batch
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
 from pytorch_pfn_extras.training._ignite_manager import import_ignite

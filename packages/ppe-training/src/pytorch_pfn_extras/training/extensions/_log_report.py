@@ -15,7 +15,7 @@ from pytorch_pfn_extras.distributed._collective import (
     rank,
     reduce_summary,
 )
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.reporting import DictSummary
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension, check_keywords
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger

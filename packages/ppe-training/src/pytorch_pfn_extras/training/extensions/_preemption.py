@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension
-from pytorch_pfn_extras.training._snapshots._extension import SnapshotExtension
+from pytorch_pfn_extras.training._snapshots._base import SnapshotExtension
 from pytorch_pfn_extras.training._trigger_base import Trigger
 from pytorch_pfn_extras.training._writer_util import finalize_writer
 

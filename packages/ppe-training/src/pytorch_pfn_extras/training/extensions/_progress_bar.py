@@ -9,7 +9,7 @@ import math
 import time
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.training.extensions._print_report import (

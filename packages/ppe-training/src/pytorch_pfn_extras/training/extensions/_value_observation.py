@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pytorch_pfn_extras.distributed._collective import mean_over_ranks
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, make_extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 

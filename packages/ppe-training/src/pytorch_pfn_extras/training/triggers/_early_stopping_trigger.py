@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytorch_pfn_extras.interop._checks import is_int
+from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.reporting import DictSummary
 from pytorch_pfn_extras.training._interval_trigger import IntervalTrigger
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, UnitLiteral, get_trigger
