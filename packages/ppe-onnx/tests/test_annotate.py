@@ -19,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def _export(model: nn.Module, x: torch.Tensor, opset: int | None = None) -> onnx.ModelProto:
     buffer: Any = io.BytesIO()
-    torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=opset)
+    tou.export(model, (x,), buffer, opset_version=opset)
     return onnx.load_from_string(buffer.getvalue())
 
 

@@ -33,7 +33,7 @@ class Net(nn.Module):
 
 def _export(model: nn.Module, x: torch.Tensor) -> onnx.ModelProto:
     buffer: Any = io.BytesIO()
-    torch.onnx.export(model, (x,), buffer, dynamo=False, input_names=["x"], output_names=["y"])
+    tou.export(model, (x,), buffer, input_names=["x"], output_names=["y"])
     return onnx.load_from_string(buffer.getvalue())
 
 

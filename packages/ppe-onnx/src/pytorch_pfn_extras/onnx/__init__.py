@@ -5,11 +5,17 @@ Importing this package does not import onnx; the functions do, when called.
 
 from __future__ import annotations
 
-# --- export, test cases, load, strip (ppe-onnx export part) ---
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
+# These modules import torch only; torch.onnx internals load at the first export
+# (pytorch_pfn_extras.onnx._torch_onnx).
+from pytorch_pfn_extras.onnx import lax, symbolic_registry
+from pytorch_pfn_extras.onnx._outputs import as_output, grad, no_grad
 from pytorch_pfn_extras.onnx._strip import is_large_tensor
+
+# From the public module, so that importing it later does not replace the function `annotate`.
+from pytorch_pfn_extras.onnx.annotate import annotate, apply_annotation, scoped_anchor
 from pytorch_pfn_extras.onnx.export_testcase import (
     LARGE_TENSOR_DATA_THRESHOLD,
     export,
@@ -22,38 +28,20 @@ available: bool = importlib.util.find_spec("onnx") is not None
 
 __all__ = [
     "LARGE_TENSOR_DATA_THRESHOLD",
-    "available",
-    "export",
-    "export_testcase",
-    "is_large_tensor",
-    "load_model",
-]
-# --- end of the export part ---
-
-# --- annotations, extra outputs, gradients, control flow, symbolic registry ---
-# These modules import torch only; torch.onnx internals load on first use
-# (pytorch_pfn_extras.onnx._torch_onnx).
-from pytorch_pfn_extras.onnx import lax, symbolic_registry  # noqa: E402
-from pytorch_pfn_extras.onnx._outputs import as_output, grad, no_grad  # noqa: E402
-
-# From the public module, so that importing it later does not replace the function `annotate`.
-from pytorch_pfn_extras.onnx.annotate import (  # noqa: E402
-    annotate,
-    apply_annotation,
-    scoped_anchor,
-)
-
-__all__ += [
     "annotate",
     "apply_annotation",
     "as_output",
+    "available",
+    "export",
+    "export_testcase",
     "grad",
+    "is_large_tensor",
     "lax",
+    "load_model",
     "no_grad",
     "scoped_anchor",
     "symbolic_registry",
 ]
-# --- end of the annotations part ---
 
 # PPE 0.9's command-line modules (``python -m pytorch_pfn_extras.onnx.strip_large_tensor``) are
 # attributes too, imported at their first use: imported here, ``python -m`` would warn that the

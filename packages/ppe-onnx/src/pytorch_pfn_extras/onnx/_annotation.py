@@ -1,7 +1,8 @@
 """``annotate``, ``apply_annotation`` and ``scoped_anchor``: custom attributes and anchor nodes.
 
-Each is a no-op outside a TorchScript-based ONNX export, so a model keeps its annotations in
-its ``forward`` and trains as usual.
+Each is a no-op outside an export of ppe-onnx (``export``, ``export_testcase``), so a model
+keeps its annotations in its ``forward`` and trains as usual; in ``torch.onnx.export`` called
+directly, which runs without ppe-onnx's hooks, each warns (``UserWarning``) and does nothing.
 """
 
 from __future__ import annotations
@@ -70,10 +71,9 @@ def annotate(**attrs: Any) -> Iterator[None]:
         ...     h = self.conv2(h)
     """
     attrs = internals.check_attrs(attrs)
-    if not internals.in_export():
+    if not internals.records("annotate", stacklevel=3):  # 3: the caller of `with`
         yield
         return
-    internals.install()
     spans: list[Any] = []
 
     def enter(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
@@ -101,9 +101,8 @@ def apply_annotation(fn: Callable[..., _T], *args: Any, **attrs: Any) -> _T:
         What ``fn`` returned.
     """
     attrs = internals.check_attrs(attrs)
-    if not internals.in_export():
+    if not internals.records("apply_annotation", stacklevel=2):
         return fn(*args)
-    internals.install()
     span = internals.NodeSpan()
     result = fn(*args)
     internals.annotate_nodes(span.nodes(), attrs)
@@ -135,10 +134,9 @@ def scoped_anchor(**attrs: Any) -> Iterator[None]:
         attrs: Attribute names and values: bool, int, float, str, or a list of one of them.
     """
     attrs = internals.check_attrs(attrs)
-    if not internals.in_export():
+    if not internals.records("scoped_anchor", stacklevel=3):  # 3: the caller of `with`
         yield
         return
-    internals.install()
     index = internals.new_anchor_pair()
     started = False
     last_end: list[int] = []
@@ -171,8 +169,7 @@ def scoped_anchor(**attrs: Any) -> Iterator[None]:
 def init_annotate(model: torch.nn.Module, opset_ver: int) -> None:
     """Prepare annotations for an export of ``model`` at opset ``opset_ver``.
 
-    Kept for PPE 0.9's API: annotations need no preparation here, this only installs the
-    exporter hooks early.
+    Kept for PPE 0.9's API: annotations need no preparation here (ppe-onnx's export hooks into
+    torch's exporter for the duration of each export); this does nothing.
     """
     del model, opset_ver
-    internals.install()

@@ -17,7 +17,9 @@ def as_output(name: str, value: torch.Tensor, add_identity: bool = True) -> torc
     """Export ``value`` as an extra output of the ONNX graph, named ``name``.
 
     The extra outputs follow the model's own outputs, in the order of the calls. Outside an
-    export ``value`` is returned as it is. Use the returned tensor in the rest of ``forward``.
+    export ``value`` is returned as it is, and in ``torch.onnx.export`` called directly too
+    (with a ``UserWarning``: only ppe-onnx's ``export`` and ``export_testcase`` hook into the
+    exporter). Use the returned tensor in the rest of ``forward``.
 
     Args:
         name: Name of the graph output.
@@ -31,9 +33,8 @@ def as_output(name: str, value: torch.Tensor, add_identity: bool = True) -> torc
     if not isinstance(value, torch.Tensor):
         message = f"as_output({name!r}, ...) needs a torch.Tensor, got {type(value).__name__}"
         raise TypeError(message)
-    if not _torch_onnx.in_export():
+    if not _torch_onnx.records("as_output", stacklevel=2):
         return value
-    _torch_onnx.install()
     return _torch_onnx.mark_output(value, name, add_identity)
 
 
@@ -62,10 +63,12 @@ def grad(
     The output gradients are ones (``grad_outputs=ones_like(output)``), so a non-scalar
     ``output`` gives the gradients of its sum.
 
-    In an export the gradients become an ONNX ``Gradient`` node (domain
-    ``ai.onnx.preview.training``, opset 1) naming ``output`` as its ``y`` (a ``ReduceSum`` of
-    it if it is not a scalar) and ``inputs`` as its ``xs``, for runtimes that differentiate
-    graphs (onnxruntime's inference build does not run it). ``output`` must then be one tensor.
+    In an export (:func:`~pytorch_pfn_extras.onnx.export`, ``export_testcase``) the gradients
+    become an ONNX ``Gradient`` node (domain ``ai.onnx.preview.training``, opset 1) naming
+    ``output`` as its ``y`` (a ``ReduceSum`` of it if it is not a scalar) and ``inputs`` as its
+    ``xs``, for runtimes that differentiate graphs (onnxruntime's inference build does not run
+    it). ``output`` must then be one tensor. In ``torch.onnx.export`` called directly, which
+    runs without ppe-onnx's hooks, it raises ``RuntimeError``.
     """
     outputs = [output] if isinstance(output, torch.Tensor) else list(output)
     xs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
@@ -85,6 +88,13 @@ def grad(
             f"{len(outputs)} in an export: sum them first"
         )
         raise ValueError(message)
+    if not _torch_onnx.hooked():
+        message = (
+            "grad() in torch.onnx.export called directly cannot export its Gradient node; "
+            "export with pytorch_pfn_extras.onnx.export or export_testcase, which hook into "
+            "torch's exporter for the duration of the export"
+        )
+        raise RuntimeError(message)
     (y,) = outputs
     with _torch_onnx.untraced():
         grads = torch.autograd.grad(
@@ -99,7 +109,6 @@ def grad(
         unused = [i for i, g in enumerate(grads) if g is None]
         message = f"grad(): inputs {unused} do not reach the output; the ONNX Gradient operator needs a path"
         raise ValueError(message)
-    _torch_onnx.install()
     # Gradient differentiates a scalar: the sum, whose gradients are those for output
     # gradients of ones (traced, so that the graph computes it).
     return _torch_onnx.gradient(y if y.dim() == 0 else y.sum(), xs, grads)

@@ -30,7 +30,7 @@ def _flatten(value: Any, what: str) -> list[torch.Tensor]:
     if not isinstance(items, tuple | list) or not items:
         message = f"{what} must be a tensor or a tuple or list of tensors, got {value!r}"
         raise TypeError(message)
-    return _torch_onnx._check_tensors(what, items)
+    return _torch_onnx.check_tensors(what, items)
 
 
 def _unflatten(like: Any, items: Sequence[torch.Tensor]) -> Any:
