@@ -22,10 +22,14 @@ step() {
 step "ruff" bash -c "$V/ruff check . && $V/ruff format --check ."
 step "mypy (strict, every src/)" "$V/mypy"
 step "wheels and sdists: build (hatch), contents, sdist = wheel, metadata (twine check)" "$V/python" scripts/check_wheels.py --out "$SCRATCH/dist"
-step "each component alone in a fresh environment" bash scripts/isolated.sh "$SCRATCH/dist"
+# Each test runs once: every component's tests in its own environment (isolated.sh), then the
+# cross-component tests of tests/ through the meta-package, with ppe-config's optuna tests (its
+# own environment stays without optuna, which needs numpy).
+step "each component alone in a fresh environment, with all its tests" bash scripts/isolated.sh "$SCRATCH/dist"
 step "package index: install, pin, upgrade, PPE 0.9, lowest versions" \
   "$V/python" scripts/check_index.py --dist "$SCRATCH/dist" --work "$SCRATCH/index"
-step "full suite through the meta-package" "$V/python" -m pytest -n 2 -q -p no:cacheprovider
+step "cross-component tests through the meta-package" "$V/python" -m pytest -n 2 -q -p no:cacheprovider \
+  tests packages/ppe-config/tests/test_optuna.py
 step "main job" "$V/python" examples/train_digits.py --out "$SCRATCH/result"
 step "docs (mkdocs --strict)" "$V/mkdocs" build --strict --quiet --site-dir "$SCRATCH/site"
 echo "== all checks passed in $SECONDS s"
