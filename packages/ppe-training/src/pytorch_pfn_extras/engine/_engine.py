@@ -12,6 +12,7 @@ from pytorch_pfn_extras.handler._logic import check_grad_scaler
 from pytorch_pfn_extras.runtime import runtime_registry
 from pytorch_pfn_extras.training._evaluator import DistributedEvaluator, Evaluator, MetricFn
 from pytorch_pfn_extras.training._extension import ExtensionEntry, ExtensionLike
+from pytorch_pfn_extras.training._manager_protocol import StateObjectProtocol
 from pytorch_pfn_extras.training._manager_util import (
     ModelsLike,
     OptimizersLike,
@@ -26,12 +27,6 @@ from pytorch_pfn_extras.writing import Writer
 def default_transform_model(name: str, model: torch.nn.Module) -> torch.nn.Module:
     """Return ``model`` unchanged (the default ``transform_model``)."""
     return model
-
-
-def _is_state_object(obj: Any) -> bool:
-    return callable(getattr(obj, "state_dict", None)) and callable(
-        getattr(obj, "load_state_dict", None)
-    )
 
 
 def filter_state_objects(args: Any, key_name: str = "") -> list[tuple[str, Any]]:
@@ -55,7 +50,7 @@ def filter_state_objects(args: Any, key_name: str = "") -> list[tuple[str, Any]]
         >>> filter_state_objects({"grad_scaler": scaler, "n": 1}, "option")
         [('option__::__grad_scaler', scaler)]
     """
-    if _is_state_object(args):
+    if isinstance(args, StateObjectProtocol):
         return [(key_name, args)]
     if isinstance(args, Mapping):
         return [

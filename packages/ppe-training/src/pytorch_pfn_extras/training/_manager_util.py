@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from pytorch_pfn_extras.training._manager_protocol import StateObjectProtocol
+
 ModelsLike = torch.nn.Module | Mapping[str, torch.nn.Module]
 OptimizersLike = torch.optim.Optimizer | Mapping[str, torch.optim.Optimizer]
 TransformModel = Callable[[str, torch.nn.Module], torch.nn.Module]
@@ -116,9 +118,7 @@ def check_state_objects(state_objects: Mapping[str, Any] | None) -> dict[str, An
         )
         raise TypeError(message)
     for name, obj in state_objects.items():
-        if not callable(getattr(obj, "state_dict", None)) or not callable(
-            getattr(obj, "load_state_dict", None)
-        ):
+        if not isinstance(obj, StateObjectProtocol):
             message = (
                 f"state_objects[{name!r}] ({type(obj).__name__}) must have state_dict() "
                 "and load_state_dict()"

@@ -15,6 +15,7 @@ import torch
 from pytorch_pfn_extras.training._evaluator import Evaluator, sized_length
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, ExtensionLike
 from pytorch_pfn_extras.training._manager import ExtensionsManager
+from pytorch_pfn_extras.training._manager_protocol import StateObjectProtocol
 from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict, check_optimizer
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 
@@ -53,13 +54,6 @@ def _set_rng_state(state: Mapping[str, Any], loader: Any) -> None:
     generator = getattr(loader, "generator", None)
     if "loader_generator" in state and isinstance(generator, torch.Generator):
         generator.set_state(state["loader_generator"])
-
-
-def _is_stateful(loader: Any) -> bool:
-    """Whether ``loader`` saves its position itself (``state_dict``/``load_state_dict``)."""
-    return callable(getattr(loader, "state_dict", None)) and callable(
-        getattr(loader, "load_state_dict", None)
-    )
 
 
 class _EvaluatorExtension:
@@ -318,7 +312,7 @@ class Trainer:
         state: dict[str, Any] = {"rng": _rng_state(self._loader)}
         if self._epoch_rng is not None:
             state["epoch_rng"] = self._epoch_rng
-        if _is_stateful(self._loader):
+        if isinstance(self._loader, StateObjectProtocol):
             # torchdata's StatefulDataLoader: its position (sampler, workers) resumes exactly.
             state["loader"] = self._loader.state_dict()
         return state
@@ -415,11 +409,16 @@ class Trainer:
             start = resume.get("epoch_rng") if position else resume["rng"]
             if start is not None:
                 _set_rng_state(start, loader)
-        if position and resume is not None and "loader" in resume and _is_stateful(loader):
+        if (
+            position
+            and resume is not None
+            and "loader" in resume
+            and isinstance(loader, StateObjectProtocol)
+        ):
             # A stateful loader resumes in the middle of its epoch by itself: no replay. The
             # random states are restored after iter(), which draws the (unused) seeds of a
             # new epoch from the loader's generator.
-            loader.load_state_dict(resume["loader"])  # type: ignore[attr-defined]
+            loader.load_state_dict(resume["loader"])
             resumed = iter(loader)
             _set_rng_state(resume["rng"], loader)
             self._epoch_rng = resume.get("epoch_rng")
