@@ -168,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
                     agent = int(os.environ.get("PPE_TEST_AGENT_PID", os.getppid()))
                     target = os.getpid() if args.signal_to == "self" else agent
                     os.kill(target, signal.Signals[args.signal])
+                    if handler is not None:
+                        wait_until_received(handler)
                 if args.sleep:
                     time.sleep(args.sleep)
                 loss = torch.nn.functional.mse_loss(model(x[local]), t[local])
@@ -206,6 +208,15 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if distributed:
             dist.destroy_process_group()
+
+
+def wait_until_received(handler: Any, timeout: float = 60.0) -> None:
+    """Wait in this iteration until this process has the signal: one sent to the torchrun
+    agent arrives when the agent forwards it, which on a loaded machine may take longer than
+    a few iterations (the stop is due within 2 iterations of when the workers get it)."""
+    deadline = time.monotonic() + timeout
+    while handler.received is None and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def s3_writer(spec: str) -> Any:

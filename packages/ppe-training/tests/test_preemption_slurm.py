@@ -35,13 +35,19 @@ def test_a_job_warned_by_slurm_saves_requeues_itself_and_its_second_run_resumes_
     assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
 ) -> None:
     out, result = tmp_path / "out", tmp_path / "result.pt"
-    train = [sys.executable, str(SCRIPT), str(out), "--mode", "DEFAULT", "--preempt", "--requeue"]
+    train = [sys.executable, str(SCRIPT), str(out), "--mode", "DEFAULT"]
     # The first run takes 4 s an iteration, so that USR1 (10 to 40 s after it starts, as
-    # Slurm checks time limits every 30 s) comes in the middle of its 12 iterations; the
-    # requeued run does not sleep. `exec`: the batch shell, which B: signals, is python.
+    # Slurm checks time limits every 30 s) comes in the middle of its 12 iterations. The
+    # requeued run gets the same warning: it ignores USR1 (without the handler, which would
+    # take it) and does not sleep. `exec`: the batch shell, which B: signals, is python.
     script = f"""#!/bin/bash
-if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then sleep=4; else sleep=0; fi
-exec {shlex.join(train)} --result {shlex.quote(str(result))} --sleep $sleep
+if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then
+  options="--preempt --requeue --sleep 4"
+else
+  trap '' USR1
+  options=""
+fi
+exec {shlex.join(train)} --result {shlex.quote(str(result))} $options
 """
     options = warning_options(10, minutes=2)
     job_id = slurm_cluster.sbatch(script, "--requeue", *options, cwd=tmp_path)

@@ -41,6 +41,7 @@ def run(
                 launcher=[*launcher, "--max-restarts", "0"],
                 env=env,
                 timeout=TIMEOUT,
+                rerun_from=out,
             )
         else:
             process = subprocess.run(
