@@ -32,9 +32,10 @@ ABORT_AT_EXIT = "terminate called without an active exception"
 pytestmark = pytest.mark.slow
 
 # Two preemptions at random iterations of the 12, each resumed by the next run, one through
-# the agent and one through a single worker, in random order: the first in iterations 2-5
-# (in iteration 1 the other rank may not have started training, where the handler is
-# installed), the second after where the first stopped, up to 10. The ranks exchange after
+# the agent and one through a single worker, in random order: the first in iterations 2-5,
+# the second from the second iteration of the resumed run, up to 10 (in the first iteration
+# of a run the other rank may not have started training yet, where the handler is installed,
+# and a signal forwarded by the agent would end it). The ranks exchange after
 # every iteration (--check-interval 0), so they stop 1 or 2 iterations after the signal.
 TWICE = ((2, 5), (0, 10))
 CASES = [
@@ -133,7 +134,7 @@ def test_two_ranks_stop_together_after_one_snapshot_and_resume_exactly(
     stopped = 0
     targets = rng.sample(["agent", "worker"], 2)
     for (first, last), target in zip(windows, targets, strict=False):
-        signal_at = rng.randint(max(first, stopped + 1), last)
+        signal_at = rng.randint(max(first, stopped + 2), last)
         rank = rng.randrange(2)
         where = ("--signal-to", "parent") if target == "agent" else ("--signal-to", "self")
         process, exits = job.run("--signal-at", str(signal_at), "--signal-rank", str(rank), *where)
