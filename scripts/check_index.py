@@ -47,12 +47,14 @@ import zipfile
 from collections.abc import Callable
 from typing import TypeVar
 
+import workspace
 from local_index import (
     COMPONENTS,
     META,
     OURS,
     ROOT,
     TEST_TOOLS,
+    WORKSPACE,
     CheckFailed,
     Index,
     expect,
@@ -63,16 +65,6 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 T = TypeVar("T")
-# The extras each component's tests need (as in scripts/isolated.sh).
-TEST_EXTRAS = {
-    "ppe-core": {"ppe-core": "tensorboard"},
-    "ppe-training": {
-        "ppe-core": "tensorboard",
-        "ppe-training": "ignite,plot,slack,notebook,pandas,yaml,torchdata",
-    },
-    "ppe-onnx": {"ppe-onnx": "runtime"},
-    "ppe-config": {"ppe-config": "yaml"},
-}
 # The paths that the real pytorch-pfn-extras 0.9.0 wheel installs.
 PPE09_FILES = ROOT / "tests" / "release" / "data" / "ppe09_wheel_files.txt"
 
@@ -436,6 +428,15 @@ def lowest_resolution(index: Index, dist: str, work: pathlib.Path) -> dict[str, 
     return {n: v for n, v in pins.items() if n in OURS and n != dist}
 
 
+def extras_for_tests(dist: str) -> dict[str, tuple[str, ...]]:
+    """The extras of our distributions that ``dist``'s tests use, as in its isolated environment
+    (workspace.toml): its own, and those of the distributions it needs."""
+    component = WORKSPACE.components[dist]
+    extras = dict(map(workspace.split_extras, component.needs))
+    extras[dist] = component.isolated_extras
+    return extras
+
+
 def scenario_lowest(index: Index) -> str:
     work = index.work / "lowest"
     work.mkdir(exist_ok=True)
@@ -452,10 +453,10 @@ def scenario_lowest(index: Index) -> str:
                 f"{dist}: lowest {summary} = the tree's, whose tests the isolated step runs"
             )
             continue
-        python = index.venv(f"lowest-{dist}", torch=dist != "ppe-config")
-        extras = TEST_EXTRAS.get(dist, {})
+        python = index.venv(f"lowest-{dist}", torch=WORKSPACE.components[dist].torch)
+        extras = extras_for_tests(dist)
         requirements = [
-            f"{n}[{extras[n]}]=={v}" if n in extras else f"{n}=={v}"
+            f"{workspace.with_extras(n, extras.get(n, ()))}=={v}"
             for n, v in {**lowest, dist: index.versions[dist]}.items()
         ]
         index.uv("pip", "install", "-q", "--python", str(python), *requirements, *TEST_TOOLS)

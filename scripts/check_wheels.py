@@ -34,31 +34,22 @@ import zipfile
 from packaging.requirements import Requirement
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# workspace.py lies beside this file (the tests load this file by its path: add the folder)
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))
+import workspace  # noqa: E402
+
+WORKSPACE = workspace.load()
+# The subpackages each distribution owns (workspace.toml); the meta-package owns only META_FILES.
 OWNERS: dict[str, tuple[str, ...]] = {
-    "ppe-core": (
-        "reporting",
-        "writing",
-        "logging",
-        "profiler",
-        "runtime",
-        "nn",
-        "interop",
-        "ops",
-        "torchscript",
-        "testing",
-    ),
-    "ppe-training": ("training", "engine", "handler", "distributed", "utils"),
-    "ppe-runtime-cuda": ("cuda",),
-    "ppe-onnx": ("onnx",),
-    "ppe-config": ("config", "config_types"),
-    "ppe-dataset": ("dataset", "dataloaders"),
-    "pytorch-pfn-extras": (),
+    **{name: c.owns for name, c in WORKSPACE.components.items()},
+    WORKSPACE.meta: (),
 }
 META_FILES = {"__init__.py", "__main__.py", "_version.py", "py.typed"}
 
 
 # Distributions whose code imports torch: their metadata must declare a torch range.
-NEEDS_TORCH = ("ppe-core", "ppe-training", "ppe-runtime-cuda", "ppe-onnx", "ppe-dataset")
+NEEDS_TORCH = tuple(name for name, c in WORKSPACE.components.items() if c.torch)
 METADATA_FIELDS = ("Summary", "License-Expression", "Requires-Python", "Description-Content-Type")
 URL_LABELS = ("Homepage", "Documentation", "Source", "Issues")
 
@@ -72,7 +63,7 @@ def run(command: list[str], cwd: pathlib.Path, what: str) -> None:
 
 def build(dist: str, out: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     """Build ``dist``'s wheel and sdist from the tree with ``hatch build``."""
-    project = ROOT if dist == "pytorch-pfn-extras" else ROOT / "packages" / dist
+    project = ROOT if dist == WORKSPACE.meta else WORKSPACE.components[dist].folder
     prefix = dist.replace("-", "_") + "-"
     for old in [*out.glob(prefix + "*.whl"), *out.glob(prefix + "*.tar.gz")]:
         old.unlink()
@@ -160,7 +151,7 @@ def problems_of(dist: str, names: list[str]) -> list[str]:
         if parts[0] != "pytorch_pfn_extras":
             problems.append(f"{dist}: {name} is outside pytorch_pfn_extras/")
         elif len(parts) == 2:
-            if dist != "pytorch-pfn-extras":
+            if dist != WORKSPACE.meta:
                 problems.append(f"{dist}: {name} lies directly under pytorch_pfn_extras/")
             elif parts[1] not in META_FILES:
                 problems.append(f"{dist}: unexpected meta-package file {name}")

@@ -23,6 +23,8 @@ mpirun --version | head -n 1
 
 if ! "$VENV/bin/python" -c "import mpi4py" >/dev/null 2>&1; then
   echo "== installing mpi4py into $VENV"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "mpi4py>=4,<5"
+  # workspace.toml's range, the one scripts/isolated.sh installs
+  mpi4py=$("$VENV/bin/python" scripts/workspace.py mpi)
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$mpi4py"
 fi
 "$VENV/bin/python" -c "import mpi4py; print('mpi4py', mpi4py.__version__)"

@@ -10,22 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DIST=$(realpath "${1:?wheel directory}")
 shift
-COMPONENTS=("$@")
-# the longest first: two run at a time
-[ ${#COMPONENTS[@]} -gt 0 ] || COMPONENTS=(ppe-training ppe-core ppe-onnx ppe-dataset ppe-runtime-cuda ppe-config)
 PY=${PYTHON:-python3.11}
 ROOT=$(pwd)
+# What each environment installs (the wheels of the component and of what it needs, with the
+# extras its tests use; torch; the test tools; the S3 server and mpi4py where its tests use
+# them) is written once, in workspace.toml; scripts/workspace.py reads it.
+workspace() { "$PY" "$ROOT/scripts/workspace.py" "$@"; }
+COMPONENTS=("$@")
+# workspace.toml's order: the longest first (two run at a time)
+if [ ${#COMPONENTS[@]} -eq 0 ]; then names=$(workspace names); mapfile -t COMPONENTS <<<"$names"; fi
 LOGS=${ISOLATED_LOGS:-.venvs/logs}
 mkdir -p .venvs "$LOGS"
-TEST_DEPS=(pytest==9.2.0 pytest-xdist==3.8.0 hypothesis==6.170.15)
-# the local S3 server of the object-storage tests (ppe-core and ppe-training only: it stays
-# out of ppe-config's torch- and numpy-free environment)
-S3_TEST_DEPS=("moto[server]==5.2.5")
-# mpi4py for the mpi tests of ppe-training, where OpenMPI is installed (scripts/install_mpi.sh)
-MPI_TEST_DEPS=()
-if command -v mpirun >/dev/null 2>&1; then MPI_TEST_DEPS=("mpi4py>=4,<5"); fi
-
-wheel() { ls "$DIST"/"$(echo "$1" | tr - _)"-*.whl; }
 
 # uv does not read pip's configuration: hand it the find-links and extra indexes pip has here
 # (torch's local wheels, package mirrors).
@@ -61,32 +56,27 @@ make_env() {  # make_env VENV REQUIREMENT...: a fresh environment with the requi
 }
 
 run_one() {
-  local comp=$1 venv=.venvs/$1 reqs=()
-  case $comp in
-    ppe-core)         reqs=("$(wheel ppe-core)[tensorboard,s3]" torch==2.13.0 "${S3_TEST_DEPS[@]}") ;;
-    ppe-training)     reqs=("$(wheel ppe-core)[tensorboard,s3]" "$(wheel ppe-training)[ignite,plot,slack,notebook,pandas,yaml,torchdata,s3]" torch==2.13.0 "${S3_TEST_DEPS[@]}" "${MPI_TEST_DEPS[@]}") ;;
-    ppe-runtime-cuda) reqs=("$(wheel ppe-core)" "$(wheel ppe-runtime-cuda)" torch==2.13.0) ;;
-    ppe-onnx)         reqs=("$(wheel ppe-core)" "$(wheel ppe-onnx)[runtime]" torch==2.13.0) ;;
-    # without optuna (which needs numpy): the optuna tests run in the full suite
-    ppe-config)       reqs=("$(wheel ppe-config)[yaml]") ;;
-    ppe-dataset)      reqs=("$(wheel ppe-dataset)" torch==2.13.0) ;;
-    *) echo "unknown component $comp" >&2; return 2 ;;
-  esac
-  make_env "$venv" "${reqs[@]}" "${TEST_DEPS[@]}"
-  if [ "$comp" = ppe-config ]; then
-    # The pure-Python promise: neither torch nor numpy may be in this environment.
+  local comp=$1 venv=.venvs/$1 listed workers torch_free
+  listed=$(workspace requirements "$comp" --dist "$DIST") || return 2
+  workers=$(workspace workers "$comp") || return 2
+  torch_free=$(workspace torch-free "$comp") || return 2
+  local reqs=()
+  mapfile -t reqs <<<"$listed"
+  make_env "$venv" "${reqs[@]}"
+  if [ "$torch_free" = yes ]; then
+    # The pure-Python promise (ppe-config): neither torch nor numpy may be in this environment.
     if "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(0 if (u.find_spec('torch') or u.find_spec('numpy')) else 1)"; then
-      echo "ppe-config's environment contains torch or numpy" >&2
+      echo "$comp's environment contains torch or numpy" >&2
       return 1
     fi
   fi
   # Run from a scratch directory so that nothing from the checkout's src/ is importable; the
   # root pyproject.toml still configures pytest via -c. The two long ones use both cores
-  # while the short ones run beside them.
-  local workers=()
-  case $comp in ppe-training|ppe-core) workers=(-n 2) ;; esac
+  # (workspace.toml's `workers`) while the short ones run beside them.
+  local parallel=()
+  if [ "$workers" -gt 1 ]; then parallel=(-n "$workers"); fi
   (cd "$venv" && "$ROOT/$venv/bin/python" -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" \
-      -p no:cacheprovider -q "${workers[@]}" "$ROOT/packages/$comp/tests")
+      -p no:cacheprovider -q "${parallel[@]}" "$ROOT/packages/$comp/tests")
 }
 
 failed=0

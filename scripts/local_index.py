@@ -24,23 +24,19 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import workspace
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-META = "pytorch-pfn-extras"
-COMPONENTS = (
-    "ppe-core",
-    "ppe-training",
-    "ppe-runtime-cuda",
-    "ppe-onnx",
-    "ppe-config",
-    "ppe-dataset",
-)
-OURS = (*COMPONENTS, META)
-# The pip that the scenario environments get, and the test tools of scripts/isolated.sh.
+# Our distributions and the test tools of every test environment: workspace.toml.
+WORKSPACE = workspace.load()
+META = WORKSPACE.meta
+COMPONENTS = tuple(WORKSPACE.components)
+OURS = WORKSPACE.names
+TEST_TOOLS = WORKSPACE.test_tools
+# The pip that the scenario environments get.
 PIP = "pip==26.2.1"
-TEST_TOOLS = ("pytest==9.2.0", "pytest-xdist==3.8.0", "hypothesis==6.170.15")
 # GPU-only downloads that no CPU scenario installs.
 SKIPPED_EXTRAS = {"cupy"}
 
