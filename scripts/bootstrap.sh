@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 VENV=.venv
 stamp_src=$(cat pyproject.toml packages/*/pyproject.toml requirements-dev.txt workspace.toml \
-  scripts/workspace.py scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
+  scripts/workspace.py scripts/bootstrap.sh scripts/uv_sources.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$stamp_src" ]; then
   exit 0
 fi
@@ -22,7 +22,20 @@ while IFS= read -r project; do EDITABLES+=(-e "$project"); done <<<"$listed"
 echo "== creating $VENV ($TORCH, all components editable)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
-pip install "$TORCH"
-pip install -r requirements-dev.txt "${TEST_TOOLS[@]}"
-pip install "${EDITABLES[@]}" -e ".[all]" "$TORCH"
+# pip installs uv (requirements-dev.txt's pin), which installs the rest: it links torch from its
+# cache instead of unpacking it (--compile-bytecode as pip does: PYTHONDONTWRITEBYTECODE may be
+# set, and then nothing would compile later). Where uv cannot be installed, pip does it all.
+install() { pip install "$@"; }
+if pip install "$(grep -E '^uv==' requirements-dev.txt)"; then
+  # shellcheck source=uv_sources.sh
+  source scripts/uv_sources.sh
+  uv_sources "$VENV/bin/python"
+  install() {
+    "$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" \
+      "${UV_SOURCES[@]}" "$@"
+  }
+fi
+install "$TORCH"
+install -r requirements-dev.txt "${TEST_TOOLS[@]}"
+install "${EDITABLES[@]}" -e ".[all]" "$TORCH"
 echo "$stamp_src" > "$VENV/.stamp"

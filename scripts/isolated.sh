@@ -22,20 +22,12 @@ if [ ${#COMPONENTS[@]} -eq 0 ]; then names=$(workspace names); mapfile -t COMPON
 LOGS=${ISOLATED_LOGS:-.venvs/logs}
 mkdir -p .venvs "$LOGS"
 
-# uv does not read pip's configuration: hand it the find-links and extra indexes pip has here
-# (torch's local wheels, package mirrors).
 UV=()
 if "$ROOT/.venv/bin/python" -m uv --version >/dev/null 2>&1; then
   UV=("$ROOT/.venv/bin/python" -m uv)
-  UV_SOURCES=(--index-strategy unsafe-best-match)
-  pip_config() { "$ROOT/.venv/bin/python" -m pip config get "$1" 2>/dev/null || true; }
-  for link in $(pip_config global.find-links); do UV_SOURCES+=(--find-links "$link"); done
-  for index in $(pip_config global.extra-index-url); do
-    # uv refuses a file:// index that is not there (pip only warns)
-    if [[ $index != file://* ]] || [ -d "${index#file://}" ]; then
-      UV_SOURCES+=(--extra-index-url "$index")
-    fi
-  done
+  # shellcheck source=uv_sources.sh
+  source "$ROOT/scripts/uv_sources.sh"
+  uv_sources "$ROOT/.venv/bin/python"
 fi
 
 make_env() {  # make_env VENV REQUIREMENT...: a fresh environment with the requirements
