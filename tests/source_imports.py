@@ -1,5 +1,6 @@
 """What the import statements of a source file name, for the tests that check imports
-(test_import_cycles.py, test_distribution_seams.py load this file by its path)."""
+(test_import_cycles.py, test_distribution_seams.py import it as ``ppe_tests_source_imports``,
+which conftest.py registers)."""
 
 from __future__ import annotations
 

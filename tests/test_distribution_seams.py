@@ -28,27 +28,16 @@ constant module name given to ``importlib.import_module(...)`` counts as an impo
 from __future__ import annotations
 
 import ast
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+# registered by conftest.py, which loads source_imports.py (this directory is not on sys.path)
+from ppe_tests_source_imports import from_base  # type: ignore[import-not-found]
+
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def _load_source_imports() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "ppe_tests_source_imports", Path(__file__).with_name("source_imports.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-source_imports = _load_source_imports()
 NAMESPACE = "pytorch_pfn_extras"
 META = "pytorch-pfn-extras"
 
@@ -86,7 +75,7 @@ def _imported_names(tree: ast.AST, module: str, is_package: bool) -> Iterator[tu
             for alias in node.names:
                 yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom):
-            base = source_imports.from_base(node, module, is_package)
+            base = from_base(node, module, is_package)
             for alias in node.names:
                 yield (f"{base}.{alias.name}" if alias.name != "*" else base), node.lineno
         elif (
