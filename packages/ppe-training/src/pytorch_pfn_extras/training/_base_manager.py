@@ -263,7 +263,7 @@ class _BaseExtensionsManager:
             return True
         if not self._started:
             self.start_extensions()
-        stop = self._evaluate_stop_trigger() or self._stop_reason is not None
+        stop = self._stops()
         if stop and not self._finalized:
             self.finalize()
         return stop
@@ -276,6 +276,10 @@ class _BaseExtensionsManager:
         them and a resumed run goes on.
         """
         self._stop_reason = reason
+
+    def _stops(self) -> bool:
+        """Whether training ends at this iteration: the stop trigger, or a requested stop."""
+        return self._evaluate_stop_trigger() or self._stop_reason is not None
 
     def _evaluate_stop_trigger(self) -> bool:
         if self._stop_iteration != self.iteration:
@@ -493,7 +497,7 @@ class _BaseExtensionsManager:
     def _end_iteration(self) -> None:
         """Run the extensions of the iteration just counted, close it; finalize at the end."""
         self.run_extensions()
-        stop = self._evaluate_stop_trigger() or self._stop_reason is not None
+        stop = self._stops()
         self._close_scope()
         if stop:
             self.finalize()
