@@ -26,6 +26,7 @@ step "wheels and sdists: build (hatch), contents, sdist = wheel, metadata (twine
 # cross-component tests of tests/ through the meta-package, with ppe-config's optuna tests (its
 # own environment stays without optuna, which needs numpy).
 step "each component alone in a fresh environment, with all its tests" bash scripts/isolated.sh "$SCRATCH/dist"
+rm -rf "$SCRATCH/uv-cache"  # torch unpacked; the index scenarios keep a cache of their own
 step "package index: install, pin, upgrade, PPE 0.9, lowest versions" \
   "$V/python" scripts/check_index.py --dist "$SCRATCH/dist" --work "$SCRATCH/index"
 step "cross-component tests through the meta-package" "$V/python" -m pytest -n 2 -q -p no:cacheprovider \

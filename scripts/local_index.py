@@ -13,7 +13,6 @@ import email.parser
 import json
 import os
 import pathlib
-import re
 import shutil
 import socket
 import subprocess
@@ -39,6 +38,17 @@ TEST_TOOLS = WORKSPACE.test_tools
 PIP = "pip==26.2.1"
 # GPU-only downloads that no CPU scenario installs.
 SKIPPED_EXTRAS = {"cupy"}
+
+
+def only_for(requirement: Requirement, extras: set[str]) -> bool:
+    """Whether ``requirement`` is asked for by one of ``extras`` and never without an extra.
+
+    The marker is evaluated rather than matched as text: hatch writes ``extra == 'cupy'``.
+    """
+    marker = requirement.marker
+    if marker is None or marker.evaluate({"extra": ""}):
+        return False
+    return any(marker.evaluate({"extra": extra}) for extra in extras)
 
 
 class CheckFailed(Exception):
@@ -212,9 +222,8 @@ class Index:
                 metadata = email.parser.BytesParser().parsebytes(zf.read(name))
             for raw in metadata.get_all("Requires-Dist") or []:
                 requirement = Requirement(raw)
-                extra = re.search(r"extra == \"([^\"]+)\"", raw)
-                if canonicalize_name(requirement.name) in OURS or (
-                    extra and extra.group(1) in SKIPPED_EXTRAS
+                if canonicalize_name(requirement.name) in OURS or only_for(
+                    requirement, SKIPPED_EXTRAS
                 ):
                     continue
                 requirement.marker = None
