@@ -50,7 +50,9 @@ class BaseHandler:
     # ------------------------------------------------------------------ training
 
     def train_setup(self, trainer: Any, loader: Any) -> None:
-        """Called once when a training run starts."""
+        """Called once when a training run starts: from then on the logic reads where the run
+        stands (its epoch length) in the trainer's ``run_state``, where the trainer has one."""
+        self._logic.run_state = getattr(trainer, "run_state", None)
 
     def train_epoch_begin(self, trainer: Any, loader: Any) -> None:
         """Called when a training epoch starts."""
@@ -253,6 +255,7 @@ class Handler(BaseHandler):
         ``None``. A model never moved with ``ppe.to`` is moved to the trainer's device
         first, with a warning.
         """
+        super().train_setup(trainer, loader)
         optimizers: Mapping[str, torch.optim.Optimizer] = trainer.optimizers
         only = next(iter(optimizers.values())) if len(optimizers) == 1 else None
         for name, module in self._setup_modules(trainer.models, "trainer"):
@@ -261,10 +264,7 @@ class Handler(BaseHandler):
                 runtime.initialize_module(module, loader, optimizers.get(name, only))
 
     def train_epoch_begin(self, trainer: Any, loader: Any) -> None:
-        """Tell the logic the epoch length, then call ``train_epoch_begin`` on the logic and
-        on every runtime."""
-        if hasattr(self._logic, "epoch_length"):
-            self._logic.epoch_length = getattr(trainer, "train_len", None)
+        """Call ``train_epoch_begin`` on the logic and on every runtime."""
         super().train_epoch_begin(trainer, loader)
         for module, runtime in self._modules(trainer.models, "train_epoch_begin"):
             runtime.train_epoch_begin(module)

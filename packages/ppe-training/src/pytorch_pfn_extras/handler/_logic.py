@@ -112,9 +112,6 @@ class Logic(ModelLogic):
         self._grad_clip: dict[str, float] | None = None
         self._compile: dict[str, Any] | None = None
         self._compiled: dict[int, Callable[..., Any]] = {}
-        self.epoch_length: int | None = None
-        """Batches per epoch; set by the handler when each epoch begins (gradient
-        accumulation flushes at the last one). ``None`` means unknown."""
         super().__init__(model_name, options)
 
     def consume_options(self, options: dict[str, Any]) -> None:
@@ -234,8 +231,10 @@ class Logic(ModelLogic):
         steps = self._accumulation
         start = batch_idx - batch_idx % steps
         length = steps
-        if self.epoch_length is not None and start + steps > self.epoch_length:
-            length = max(self.epoch_length - start, 1)
+        # The epoch's last window is shorter when the epoch length is not a multiple.
+        epoch_length = self.run_state.epoch_length if self.run_state is not None else None
+        if epoch_length is not None and start + steps > epoch_length:
+            length = max(epoch_length - start, 1)
         return start, length
 
     def _backward(self, outputs: Any, batch_idx: int = 0) -> list[torch.Tensor]:

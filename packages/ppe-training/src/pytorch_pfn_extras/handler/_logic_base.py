@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from pytorch_pfn_extras.training._manager_util import check_optimizer
+from pytorch_pfn_extras.training._run_state import RunState
 
 # Optimizer types found to have zero_grad() and step() (checked once per type).
 _STEPPABLE: set[type] = {torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW}
@@ -57,6 +58,10 @@ class BaseLogic:
     Args:
         options: Options for the logic (see :meth:`consume_options`).
     """
+
+    run_state: RunState | None = None
+    """Where the trainer's run stands (its epoch length); given by the handler when training
+    starts, ``None`` before (and outside a trainer)."""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.consume_options(dict(options) if options else {})

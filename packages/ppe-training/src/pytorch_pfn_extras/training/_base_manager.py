@@ -24,6 +24,7 @@ from pytorch_pfn_extras.training._manager_util import (
     check_state_objects,
     load_matching,
 )
+from pytorch_pfn_extras.training._run_state import RunState
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
 from pytorch_pfn_extras.training._version import __version__
 from pytorch_pfn_extras.training._writer_util import (
@@ -65,9 +66,9 @@ class _Recorded:
 class _BaseExtensionsManager:
     """State, extensions and the per-iteration machinery of a training loop.
 
-    Subclasses decide where iterations come from (a user's loop, an Ignite engine); they
-    set :attr:`iteration` and call :meth:`_begin_iteration`, :meth:`_end_iteration` and
-    :meth:`_fail_iteration` around each one.
+    Subclasses decide where iterations come from (a user's loop, the trainer, an Ignite
+    engine); they advance :attr:`run_state` and call :meth:`_begin_iteration`,
+    :meth:`_end_iteration` and :meth:`_fail_iteration` around each one.
     """
 
     def __init__(
@@ -75,14 +76,16 @@ class _BaseExtensionsManager:
         models: ModelsLike,
         optimizers: OptimizersLike,
         max_epochs: float,
-        extensions: Iterable[ExtensionLike] | None,
-        out_dir: str | os.PathLike[str],
-        writer: Writer | None,
+        extensions: Iterable[ExtensionLike] | None = None,
+        out_dir: str | os.PathLike[str] = "result",
+        writer: Writer | None = None,
         stop_trigger: TriggerLike = None,
         transform_model: TransformModel = lambda n, x: x,
         enable_profile: bool = False,
         enable_trace: bool = False,
         state_objects: Mapping[str, Any] | None = None,
+        *,
+        epoch_length: int | None,
     ) -> None:
         self._raw_models: dict[str, torch.nn.Module] = as_dict(models, "models", torch.nn.Module)
         self._optimizers: dict[str, torch.optim.Optimizer] = as_optimizers(optimizers)
@@ -105,8 +108,7 @@ class _BaseExtensionsManager:
         self._enable_profile = enable_profile
         self._enable_trace = enable_trace
 
-        self.iteration = 0
-        self._iters_per_epoch = 1
+        self._run = RunState(epoch_length)
         self._observation: dict[str, Any] = {}
         self._reporter = Reporter()
         # Raw models first: names under the transformed models win (``main/x``, not
@@ -214,19 +216,38 @@ class _BaseExtensionsManager:
         self._observation = value
 
     @property
+    def run_state(self) -> RunState:
+        """Where training stands: the iteration count and the epoch length, in one place."""
+        return self._run
+
+    @property
+    def iteration(self) -> int:
+        """Number of completed iterations."""
+        return self._run.iteration
+
+    @iteration.setter
+    def iteration(self, value: int) -> None:
+        self._run.iteration = value
+
+    @property
     def iters_per_epoch(self) -> int:
-        """Number of iterations in one epoch."""
-        return self._iters_per_epoch
+        """Number of iterations in one epoch.
+
+        Raises:
+            RuntimeError: The run has not begun (the trainer's and the Ignite manager's
+                learn it from their data then).
+        """
+        return self._run.known_epoch_length()
 
     @property
     def epoch(self) -> int:
         """Number of completed epochs."""
-        return self.iteration // self._iters_per_epoch
+        return self._run.epoch
 
     @property
     def epoch_detail(self) -> float:
         """Completed epochs, fractional."""
-        return self.iteration / self._iters_per_epoch
+        return self._run.epoch_detail
 
     @property
     def is_before_training(self) -> bool:
@@ -282,9 +303,10 @@ class _BaseExtensionsManager:
         return self._evaluate_stop_trigger() or self._stop_reason is not None
 
     def _evaluate_stop_trigger(self) -> bool:
-        if self._stop_iteration != self.iteration:
+        iteration = self._run.iteration
+        if self._stop_iteration != iteration:
             self._stop_result = bool(self._stop_trigger(self))
-            self._stop_iteration = self.iteration
+            self._stop_iteration = iteration
         return self._stop_result
 
     # ------------------------------------------------------------------ extensions
@@ -444,7 +466,7 @@ class _BaseExtensionsManager:
         for trigger, extension in self._runners_before_stop:
             if trigger(self):
                 extension(self)
-        if self._stop_iteration != self.iteration:
+        if self._stop_iteration != self._run.iteration:
             self._evaluate_stop_trigger()
         for trigger, extension in self._runners_after_stop:
             if trigger(self):
@@ -571,7 +593,7 @@ class _BaseExtensionsManager:
         """
         if iteration is None:
             iteration = self.iteration
-        epoch_length = self._iters_per_epoch
+        epoch_length = self._run.known_epoch_length()
         return any(
             entry.needs_model_state and entry.trigger.may_fire(iteration, epoch_length)
             for entry in self._extensions.values()
@@ -694,7 +716,7 @@ class _BaseExtensionsManager:
                 # training length (more epochs) goes on instead of stopping where it was.
                 self._stop_iteration = int(stop["evaluated_at"])
                 self._stop_result = bool(stop["result"])
-        self.iteration = int(_iteration_of(to_load) or 0)
+        self._run.iteration = int(_iteration_of(to_load) or 0)
         self._elapsed_before = float(to_load.get("elapsed_time", 0.0))
         if self._start_time is not None:
             self._start_time = time.perf_counter()

@@ -140,6 +140,7 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
             enable_profile=enable_profile,
             enable_trace=enable_trace,
             state_objects=state_objects,
+            epoch_length=None,  # the engine's, when it runs
         )
         self.engine = engine
         """The Ignite engine whose iterations the manager follows."""
@@ -183,7 +184,8 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
                 "data has no len(); pass epoch_length= to engine.run()"
             )
             raise ValueError(message)
-        self._iters_per_epoch = int(epoch_length)
+        run = self._run
+        run.begin(int(epoch_length))
         if not self._completion_attached:
             # Added now, so that it runs after the handlers the user registered before
             # engine.run().
@@ -191,9 +193,9 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
             self._completion_attached = True
         self.start_extensions()
         state = engine.state
-        if state.iteration != self.iteration:
-            state.iteration = self.iteration
-            state.epoch = self.iteration // self._iters_per_epoch
+        if state.iteration != run.iteration:
+            state.iteration = run.iteration
+            state.epoch = run.epoch
         if self._evaluate_stop_trigger():
             engine.terminate()
 
@@ -208,7 +210,7 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
     def _on_iteration_completed(self, engine: Engine) -> None:
         if not self._in_iteration:
             return
-        self.iteration = engine.state.iteration
+        self._run.iteration = engine.state.iteration
         self._end_iteration()
         if self._finalized:
             stops_at = _engine_stops_at(engine)

@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training._base_manager import (
     ModelsLike,
     OptimizersLike,
@@ -17,6 +16,7 @@ from pytorch_pfn_extras.training._base_manager import (
     _BaseExtensionsManager,
 )
 from pytorch_pfn_extras.training._extension import ExtensionLike
+from pytorch_pfn_extras.training._trigger_checks import check_epoch_length
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.writing import Writer
 
@@ -54,7 +54,7 @@ class _Iteration:
         try:
             for optimizer in self._optimizers:
                 optimizer.step()
-            manager.iteration += 1
+            manager._run.iteration += 1
             manager._end_iteration()
         except BaseException as error:
             manager._fail_iteration(error, error.__traceback__)
@@ -125,9 +125,6 @@ class ExtensionsManager(_BaseExtensionsManager):
         enable_trace: bool = False,
         state_objects: Mapping[str, Any] | None = {},
     ) -> None:
-        if not is_int(iters_per_epoch) or iters_per_epoch < 1:
-            message = f"iters_per_epoch must be a positive integer, got {iters_per_epoch!r}"
-            raise ValueError(message)
         super().__init__(
             models,
             optimizers,
@@ -140,8 +137,8 @@ class ExtensionsManager(_BaseExtensionsManager):
             enable_profile=enable_profile,
             enable_trace=enable_trace,
             state_objects=state_objects,
+            epoch_length=check_epoch_length(iters_per_epoch),
         )
-        self._iters_per_epoch = iters_per_epoch
 
     def run_iteration(self, *, step_optimizers: Sequence[str] | None = None) -> _Iteration:
         """Context manager wrapping one iteration.

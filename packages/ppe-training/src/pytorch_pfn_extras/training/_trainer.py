@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-import random
 import re
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
+from pytorch_pfn_extras.training._base_manager import _BaseExtensionsManager
 from pytorch_pfn_extras.training._evaluator import Evaluator, sized_length
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, ExtensionLike
 from pytorch_pfn_extras.training._manager import ExtensionsManager
-from pytorch_pfn_extras.training._manager_protocol import StateObjectProtocol
 from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict, check_optimizer
+from pytorch_pfn_extras.training._run_state import RunState
+from pytorch_pfn_extras.training._trainer_position import TrainerPosition
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 
 EvaluatorsLike = (
@@ -25,35 +25,6 @@ EvaluatorsLike = (
     | Mapping[str, "Evaluator | tuple[Evaluator, TriggerLike]"]
     | None
 )
-
-
-def _rng_state(loader: Any) -> dict[str, Any]:
-    """Every random state a data pipeline may draw from, in a ``weights_only``-safe form."""
-    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": [name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, cached],
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    generator = getattr(loader, "generator", None)
-    if isinstance(generator, torch.Generator):
-        state["loader_generator"] = generator.get_state()
-    return state
-
-
-def _set_rng_state(state: Mapping[str, Any], loader: Any) -> None:
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    generator = getattr(loader, "generator", None)
-    if "loader_generator" in state and isinstance(generator, torch.Generator):
-        generator.set_state(state["loader_generator"])
 
 
 class _EvaluatorExtension:
@@ -78,31 +49,26 @@ class _EvaluatorExtension:
 
 
 class _TrainerManager(ExtensionsManager):
-    """The trainer's manager: its state also holds the trainer's position in the epoch."""
+    """The trainer's manager: its epoch length is the run's, known when :meth:`Trainer.run`
+    begins, and its state also holds the trainer's position in the epoch.
 
-    def __init__(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, iters_per_epoch=1, **kwargs)
-        self._trainer = trainer
+    It takes ExtensionsManager's arguments but ``iters_per_epoch``, so it is initialized
+    as the base manager is, with an epoch length still unknown.
+    """
+
+    def __init__(self, position: TrainerPosition, models: ModelsLike, **kwargs: Any) -> None:
+        _BaseExtensionsManager.__init__(self, models, epoch_length=None, **kwargs)
+        self._position = position
 
     def rank_state_dict(self) -> dict[str, Any]:
         # The trainer's position (random states, a stateful loader's) may differ per rank.
         state = super().rank_state_dict()
-        state["trainer"] = self._trainer._position_state()
+        state["trainer"] = self._position.state_dict()
         return state
 
     def load_rank_state_dict(self, to_load: Mapping[str, Any]) -> None:
         super().load_rank_state_dict(_renamed_state_objects(to_load, self.state_objects))
-        self._trainer._load_position_state(to_load.get("trainer"))
-
-    def begin_run(self, iters_per_epoch: int) -> None:
-        """Set the epoch length of the run (it cannot change once training started)."""
-        if self._started and iters_per_epoch != self._iters_per_epoch:
-            message = (
-                f"train_len {iters_per_epoch} differs from the {self._iters_per_epoch} "
-                "iterations per epoch of the run already started"
-            )
-            raise ValueError(message)
-        self._iters_per_epoch = iters_per_epoch
+        self._position.load_state_dict(to_load.get("trainer"))
 
     def abort(self, error: BaseException) -> None:
         """Fail training on an error raised outside an iteration (by a loader, a handler
@@ -203,17 +169,14 @@ class Trainer:
         self._models: dict[str, torch.nn.Module] = as_dict(models, "models", torch.nn.Module)
         self._evaluators = _evaluator_entries(evaluator)
         self._profile = profile
-        self._manager = _TrainerManager(self, self._models, **kwargs)
+        self._position = TrainerPosition()
+        self._manager = _TrainerManager(self._position, self._models, **kwargs)
         for name, (evaluator_object, trigger) in self._evaluators.items():
             self._manager.extend(
                 _EvaluatorExtension(self, name, evaluator_object), name=name, trigger=trigger
             )
-        self._train_len: int | None = None
         self._val_loaders: dict[str, Any] = {}
         self._eval_len: int | None = None
-        self._loader: Any = None
-        self._epoch_rng: dict[str, Any] | None = None
-        self._resume: Mapping[str, Any] | None = None
         self._batch: Any = None
         self._completed = False
 
@@ -255,9 +218,14 @@ class Trainer:
         return self._manager.iteration
 
     @property
+    def run_state(self) -> RunState:
+        """Where training stands: the iteration count and the epoch length (the manager's)."""
+        return self._manager.run_state
+
+    @property
     def train_len(self) -> int | None:
         """Iterations per epoch of the current run (``None`` before :meth:`run`)."""
-        return self._train_len
+        return self._manager.run_state.epoch_length
 
     def get_optimizer(self, name: str) -> torch.optim.Optimizer:
         """Return the optimizer named ``name``."""
@@ -270,7 +238,7 @@ class Trainer:
 
     def is_epoch_last_iter(self, idx: int) -> bool:
         """Whether the batch index ``idx`` is the last of the epoch."""
-        return self._train_len is not None and idx == self._train_len - 1
+        return self._manager.run_state.is_last_of_epoch(idx)
 
     def extend(
         self,
@@ -307,18 +275,6 @@ class Trainer:
     def load_state_dict(self, to_load: Mapping[str, Any]) -> None:
         """Restore a state returned by :meth:`state_dict` (or saved by ``snapshot()``)."""
         self._manager.load_state_dict(to_load)
-
-    def _position_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"rng": _rng_state(self._loader)}
-        if self._epoch_rng is not None:
-            state["epoch_rng"] = self._epoch_rng
-        if isinstance(self._loader, StateObjectProtocol):
-            # torchdata's StatefulDataLoader: its position (sampler, workers) resumes exactly.
-            state["loader"] = self._loader.state_dict()
-        return state
-
-    def _load_position_state(self, state: Mapping[str, Any] | None) -> None:
-        self._resume = state
 
     # ------------------------------------------------------------------ running
 
@@ -385,66 +341,33 @@ class Trainer:
             message = "the training loader is empty (len() == 0); nothing to train on"
             raise ValueError(message)
         manager = self._manager
-        manager.begin_run(length)
+        manager.run_state.begin(length)
         self._check_loaders(val_loader)
         self._eval_len = eval_len
-        self._train_len = length
-        self._loader = train_loader
+        self._position.loader = train_loader
         self.handler.train_setup(self, train_loader)
         with _profiling(self._profile):
             try:
                 while not manager.stop_trigger:
-                    self._run_epoch(train_loader, length)
+                    self._run_epoch(train_loader)
             except BaseException as error:
                 manager.abort(error)
                 raise
         self.handler.train_cleanup(self)
 
-    def _epoch_iterator(self, loader: Iterable[Any], position: int) -> Iterator[Any]:
-        resume, self._resume = self._resume, None
-        if resume is not None:
-            # At an epoch boundary, the state saved with the snapshot is the one the next
-            # epoch starts from; in the middle of an epoch, the epoch is replayed from its
-            # start (the same shuffle) up to the snapshot, whose state is restored after.
-            start = resume.get("epoch_rng") if position else resume["rng"]
-            if start is not None:
-                _set_rng_state(start, loader)
-        if (
-            position
-            and resume is not None
-            and "loader" in resume
-            and isinstance(loader, StateObjectProtocol)
-        ):
-            # A stateful loader resumes in the middle of its epoch by itself: no replay. The
-            # random states are restored after iter(), which draws the (unused) seeds of a
-            # new epoch from the loader's generator.
-            loader.load_state_dict(resume["loader"])
-            resumed = iter(loader)
-            _set_rng_state(resume["rng"], loader)
-            self._epoch_rng = resume.get("epoch_rng")
-            return resumed
-        self._epoch_rng = _rng_state(loader)
-        iterator = iter(loader)
-        for _ in range(position):  # skip the batches trained on before the snapshot
-            try:
-                next(iterator)
-            except StopIteration:
-                iterator = iter(loader)
-        if position and resume is not None:
-            _set_rng_state(resume["rng"], loader)
-        return iterator
-
     def _complete_step(self, batch_idx: int, outputs: Any) -> None:
         self._completed = True
         self.handler.train_post_step(self, batch_idx, self._batch, outputs)
 
-    def _run_epoch(self, loader: Iterable[Any], length: int) -> None:
+    def _run_epoch(self, loader: Iterable[Any]) -> None:
         manager = self._manager
         handler = self.handler
         profile = self._profile
-        position = manager.iteration % length
+        run = manager.run_state
+        length = run.known_epoch_length()
+        position = run.iteration % length
         handler.train_epoch_begin(self, loader)
-        iterator = self._epoch_iterator(loader, position)
+        iterator = self._position.epoch_iterator(loader, position)
         try:
             for batch_idx in range(position, length):
                 if batch_idx != position and manager.stop_trigger:

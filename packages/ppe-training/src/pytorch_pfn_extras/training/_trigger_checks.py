@@ -7,6 +7,8 @@ import numbers
 from fractions import Fraction
 from typing import Any
 
+from pytorch_pfn_extras.interop import is_int
+
 _UNITS = ("iteration", "epoch")
 
 
@@ -27,10 +29,12 @@ def as_number(value: Any, what: str, owner: str) -> float:
     return value  # type: ignore[return-value]
 
 
-def check_epoch_length(epoch_length: int) -> None:
-    if epoch_length < 1:
+def check_epoch_length(epoch_length: Any) -> int:
+    """Return ``epoch_length`` as an int, checked to be a positive integer."""
+    if not is_int(epoch_length) or epoch_length < 1:
         message = f"iters_per_epoch must be a positive integer, got {epoch_length!r}"
         raise ValueError(message)
+    return int(epoch_length)
 
 
 def exact_fraction(value: float) -> Fraction:
