@@ -4,8 +4,9 @@ and the converter ``pytorch_pfn_extras.training.convert_snapshot``).
 
 Modules, each with one job:
 
-- ``_extension``: ``snapshot()``, ``snapshot_object()``, ``SnapshotMode``, and the DEFAULT /
-  DISTRIBUTED extension (one file through the writer);
+- ``_extension``: ``snapshot()`` and ``snapshot_object()``, which check the options and make
+  the extension of the mode; ``_mode``: ``SnapshotMode``;
+- ``_file_snapshot``: the DEFAULT / DISTRIBUTED extension (one file through the writer);
 - ``_base``: ``SnapshotExtension``, what every snapshot extension offers the code that makes
   one run (the iteration it last ran at, waiting for its writes);
 - ``_sharded``: the SHARDED extension (one directory written by every rank through DCP);

@@ -1,0 +1,308 @@
+"""The DEFAULT / DISTRIBUTED snapshot extension: one file written through the writer."""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pytorch_pfn_extras.interop import is_int
+from pytorch_pfn_extras.training._snapshots._base import Filename, SnapshotExtension
+from pytorch_pfn_extras.training._snapshots._files import SnapshotFiles
+from pytorch_pfn_extras.training._snapshots._layout import describe, inspect
+from pytorch_pfn_extras.training._snapshots._load import is_disallowed_global, load_file
+from pytorch_pfn_extras.training._snapshots._mode import SnapshotMode
+from pytorch_pfn_extras.training._snapshots._storage import Storage
+from pytorch_pfn_extras.training._writer_util import (
+    file_system_of,
+    finalize_writer,
+    initialize_writer,
+)
+
+if TYPE_CHECKING:
+    from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+    from pytorch_pfn_extras.training._snapshots._comm import Comm
+    from pytorch_pfn_extras.writing import Writer
+
+
+def _check_options(
+    filename: Any, condition: Any, n_retains: Any, autoload: bool, saver_rank: Any
+) -> None:
+    """Check the options every snapshot mode shares."""
+    if not isinstance(filename, str) and not callable(filename):
+        message = f"snapshot filename must be a str or a callable, got {filename!r}"
+        raise TypeError(message)
+    if condition is not None and not callable(condition):
+        message = f"snapshot condition must be a callable or None, got {condition!r}"
+        raise TypeError(message)
+    if not is_int(n_retains) or n_retains == 0:
+        message = f"n_retains must be a positive integer, or -1 to keep all, got {n_retains!r}"
+        raise ValueError(message)
+    if saver_rank is not None and (not is_int(saver_rank) or saver_rank < 0):
+        message = f"saver_rank must be a rank (an integer >= 0) or None, got {saver_rank!r}"
+        raise ValueError(message)
+    if (autoload or n_retains > 0) and not isinstance(filename, str):
+        message = (
+            "autoload and n_retains need a str filename template to find the "
+            f"snapshots, got the callable {filename!r}"
+        )
+        raise ValueError(message)
+    if isinstance(filename, str) and (autoload or n_retains > 0):
+        SnapshotFiles(filename)  # a template it cannot list snapshots of fails here
+
+
+class _Snapshot(SnapshotExtension):
+    """The extension returned by :func:`snapshot` in the DEFAULT and DISTRIBUTED modes: one
+    file through the writer."""
+
+    def __init__(
+        self,
+        target: Any,
+        filename: Filename,
+        *,
+        mode: SnapshotMode,
+        condition: Callable[[], bool] | None,
+        writer: Writer | None,
+        snapshot_on_error: bool,
+        n_retains: int,
+        autoload: bool,
+        saver_rank: int | None,
+        default_name: str,
+    ) -> None:
+        _check_options(filename, condition, n_retains, autoload, saver_rank)
+        self._files: SnapshotFiles | None = None
+        if autoload or n_retains > 0:
+            assert isinstance(filename, str)
+            self._files = SnapshotFiles(filename)
+        self._target = target
+        self._filename = filename
+        self._mode = mode
+        self._condition = condition
+        self._writer = writer
+        self._snapshot_on_error = snapshot_on_error
+        self._n_retains = n_retains
+        self.autoload = autoload
+        self.loads_state = autoload
+        self._saver_rank = saver_rank
+        self._default_name = default_name
+        self._is_saver = True
+        self._comm: Comm | None = None  # DISTRIBUTED: the ranks that wait for the saver
+        self._hooked: Writer | None = None
+        self._bad_files: set[str] = set()
+        self._out = ""
+        self.resumed_from: str | None = None
+
+    @property
+    def default_name(self) -> str:
+        """``'_Snapshot'``, as in PPE (snapshots of PPE name its state so)."""
+        return self._default_name
+
+    def _writer_of(self, manager: ExtensionsManagerProtocol) -> Writer:
+        writer = self._writer if self._writer is not None else manager.writer
+        if writer is None:
+            message = "snapshot needs a writer: the manager has none and none was given"
+            raise RuntimeError(message)
+        return writer
+
+    def _storage_of(self, writer: Writer) -> Storage:
+        """The file system ``writer`` writes to, checked for what autoload and retention use
+        (a writer without ``fs``, a plain callable, writes to the local file system)."""
+        needs: tuple[str, ...] = ("listdir", "open") if self.autoload else ()
+        if self._n_retains > 0:
+            needs += ("listdir", "remove")
+        options = " and ".join(
+            option
+            for option, used in (
+                ("autoload=True", self.autoload),
+                (f"n_retains={self._n_retains}", self._n_retains > 0),
+            )
+            if used
+        )
+        return Storage(file_system_of(writer, needs, f"snapshot({options}) finds its files"))
+
+    def _target_of(self, manager: ExtensionsManagerProtocol) -> Any:
+        return manager if self._target is None else self._target
+
+    def _out_of(self, manager: ExtensionsManagerProtocol) -> str:
+        """The directory snapshots go to: the own writer's ``out_dir`` if it has one (as in
+        PPE), the manager's ``out`` otherwise."""
+        own = getattr(self._writer, "out_dir", "") if self._writer is not None else ""
+        return own if isinstance(own, str) and own else manager.out
+
+    def initialize(self, manager: ExtensionsManagerProtocol) -> str | None:
+        """Check ``saver_rank``, register the cleanup, and autoload the newest snapshot.
+
+        Returns:
+            The name of the snapshot loaded (relative to the output directory), or
+            ``None`` when none was (no ``autoload``, or no snapshot yet).
+        """
+        self._out = self._out_of(manager)
+        if self._mode is SnapshotMode.DISTRIBUTED:
+            if self._comm is None:
+                from pytorch_pfn_extras.training._snapshots._comm import Comm
+
+                self._comm = Comm(self._saver_rank, _what(self._mode))
+            self._is_saver = self._comm.is_coordinator
+        elif self._saver_rank is not None:
+            self._is_saver = self._check_saver_rank()
+        writer = self._writer_of(manager)
+        if self._writer is not None:
+            initialize_writer(self._writer, self._out)
+        if self._files is None:
+            return None
+        storage = self._storage_of(writer)  # a writer retention cannot use fails here
+        if self._n_retains > 0 and self._is_saver and self._hooked is None:
+            add_hook = getattr(writer, "add_post_save_hook", None)
+            if callable(add_hook):
+                # Retention runs once each write is complete, through what wrote it.
+                add_hook(functools.partial(self._after_save, storage=storage, out=self._out))
+                self._hooked = writer
+        if not self.autoload:
+            return None
+        self._autoload(manager, storage)
+        if self.resumed_from is None:
+            return None
+        return os.path.relpath(self.resumed_from, self._out)
+
+    def _check_saver_rank(self) -> bool:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            message = (
+                f"snapshot(saver_rank={self._saver_rank}) needs torch.distributed to be "
+                "initialized (init_process_group) before training starts"
+            )
+            raise RuntimeError(message)
+        world_size = dist.get_world_size()
+        if self._saver_rank is not None and self._saver_rank >= world_size:
+            message = (
+                f"snapshot saver_rank={self._saver_rank} is not a rank of the process group "
+                f"of size {world_size}"
+            )
+            raise ValueError(message)
+        return dist.get_rank() == self._saver_rank
+
+    def _autoload(self, manager: ExtensionsManagerProtocol, storage: Storage) -> None:
+        assert self._files is not None
+        for path in self._files.list(storage, self._out):
+            try:
+                state = self._read(storage, path)
+            except Exception as error:
+                if is_disallowed_global(error):
+                    raise
+                self._bad_files.add(path)
+                message = (
+                    f"cannot load the snapshot {path!r} ({type(error).__name__}: {error}); "
+                    "falling back to the previous snapshot"
+                )
+                warnings.warn(message, UserWarning, stacklevel=2)
+                continue
+            self._target_of(manager).load_state_dict(state)
+            self.resumed_from = path
+            return
+
+    def _read(self, storage: Storage, path: str) -> Any:
+        """The state in the snapshot ``path``: a file, or (DISTRIBUTED) this rank's file of a
+        directory written by ppe-training 0.1 in that mode."""
+        if not storage.isdir(path):
+            return load_file(storage, path)
+        found = inspect(storage, path)
+        manifest = found.manifest
+        comm = self._comm
+        if manifest is None or manifest.mode != "DISTRIBUTED" or comm is None:
+            message = f"{describe(path, found)}; {_what(self._mode)} loads a snapshot file"
+            raise IsADirectoryError(message)
+        if manifest.world_size != comm.world_size:
+            message = (
+                f"the snapshot {path!r} holds each rank's own state, written by "
+                f"{manifest.world_size} ranks (ppe-training 0.1's DISTRIBUTED directories), "
+                f"and resumes only on {manifest.world_size} ranks, not {comm.world_size}"
+            )
+            raise ValueError(message)
+        return load_file(storage, os.path.join(path, f"rank_{comm.rank}.pt"))
+
+    def __call__(self, manager: ExtensionsManagerProtocol) -> None:
+        """Write a snapshot (if ``condition`` allows it and this process is the saver)."""
+        self.ran_at = manager.iteration
+        if self._condition is not None and not self._condition():
+            return
+        self._save(manager)
+        if self._comm is not None:
+            # DISTRIBUTED, as in PPE 0.9: the other ranks wait until the saver has written.
+            self._comm.barrier("the end of the snapshot's write")
+
+    def _save(self, manager: ExtensionsManagerProtocol) -> None:
+        if not self._is_saver:
+            return
+        filename = self._filename
+        name = filename.format(manager) if isinstance(filename, str) else filename(manager)
+        writer = self._writer_of(manager)
+        out = self._out or self._out_of(manager)
+        path = os.path.join(out, name)
+        storage = Storage.of(writer)
+        if storage.isdir(path):
+            found = inspect(storage, path)
+            message = (
+                f"cannot write the snapshot: {describe(path, found)}, where the snapshot file "
+                "goes, and a snapshot never replaces a directory; move it away, or choose "
+                "another filename"
+            )
+            raise FileExistsError(message)
+        state = self._target_of(manager).state_dict()
+        writer(name, out, state)
+        if self._n_retains > 0 and self._hooked is not writer:
+            # A writer without post-save hooks (a plain callable) is synchronous: the file
+            # is complete once it returns, so clean up now, where it wrote.
+            self._after_save(path, storage=self._storage_of(writer), out=out)
+
+    def wait_for_writes(self, manager: ExtensionsManagerProtocol) -> None:
+        """Wait until the writer has written every snapshot (a background writer's
+        ``finalize()``, which leaves it usable)."""
+        if self._is_saver:
+            finalize_writer(self._writer_of(manager))
+
+    def _after_save(self, path: str, *, storage: Storage, out: str) -> None:
+        """Delete the oldest snapshot files beyond ``n_retains`` once ``path`` is complete.
+
+        Args:
+            path: The file just written (the writer's post-save hooks get every file it
+                writes: only this snapshot's files count).
+            storage: The file system the writer wrote ``path`` to.
+            out: The output directory the snapshot wrote into.
+        """
+        files = self._files
+        if files is None or not files.contains(path, out):
+            return
+        path = os.path.normpath(path)
+        self._bad_files.discard(path)  # rewritten: complete now
+        good = [
+            p
+            for p in files.list(storage, out)
+            if p not in self._bad_files and (p == path or not storage.isdir(p))
+        ]
+        for old in good[self._n_retains :]:
+            if old != path:
+                storage.remove(old)
+
+    def on_error(
+        self,
+        manager: ExtensionsManagerProtocol,
+        exc: BaseException,
+        tb: types.TracebackType | None,
+    ) -> None:
+        """Write a snapshot of the failed state if ``snapshot_on_error`` (the saver rank
+        alone: the other ranks may not reach it)."""
+        if self._snapshot_on_error:
+            self._save(manager)
+
+    def finalize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Wait for the snapshot's own writer, if it was given one."""
+        if self._writer is not None:
+            finalize_writer(self._writer)
+
+
+def _what(mode: SnapshotMode) -> str:
+    return f"snapshot(snapshot_mode=SnapshotMode.{mode.name})"
