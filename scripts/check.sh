@@ -29,6 +29,7 @@ step "each component alone in a fresh environment, with all its tests" bash scri
 rm -rf "$SCRATCH/uv-cache"  # torch unpacked; the index scenarios keep a cache of their own
 step "package index: install, pin, upgrade, PPE 0.9, lowest versions" \
   "$V/python" scripts/check_index.py --dist "$SCRATCH/dist" --work "$SCRATCH/index"
+rm -rf "$SCRATCH/index"  # its environments, wheels and caches: the disk is for the next steps
 step "cross-component tests through the meta-package" "$V/python" -m pytest -n 2 -q -p no:cacheprovider \
   tests packages/ppe-config/tests/test_optuna.py
 step "main job" "$V/python" examples/train_digits.py --out "$SCRATCH/result"
