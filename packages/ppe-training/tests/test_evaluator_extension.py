@@ -288,9 +288,13 @@ def test_progress_bar_redraws_in_place_on_a_terminal(monkeypatch: pytest.MonkeyP
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stdout", terminal)
     Evaluator(DataLoader(_val_data(), batch_size=BATCH), Regressor(), progress_bar=True)()
-    text = terminal.getvalue()
-    assert text.startswith("\r\x1b[K") and text.endswith("\n") and text.count("\n") == 1
-    assert "100.00% 3/3 iterations" in text.rsplit("\r", 1)[-1]
+    # Drawn by util.ProgressBar: clear below the cursor, the line, back up (the last stays).
+    first, *drawings = terminal.getvalue().split("\x1b[J")
+    assert first == "" and drawings
+    assert all(d.endswith("\n\x1b[1A") and d.count("\n") == 1 for d in drawings[:-1])
+    assert drawings[-1].endswith("\n") and drawings[-1].count("\n") == 1
+    assert "\x1b[" not in drawings[-1]
+    assert "100.00% 3/3 iterations" in drawings[-1]
 
 
 def test_iteration_status() -> None:

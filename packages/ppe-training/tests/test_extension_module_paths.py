@@ -234,9 +234,7 @@ def test_util_progress_bar_redraws_in_place_on_a_terminal() -> None:
         bar.count = 1
         bar.update()
         bar.close()
-    assert terminal.getvalue() == (
-        "\x1b[J0 items\ndone\n\x1b[2A\r\x1b[J1 items\ndone\n\x1b[2A\r\x1b[J"
-    )
+    assert terminal.getvalue() == "\x1b[J0 items\ndone\n\x1b[2A\x1b[J1 items\ndone\n\x1b[2A\x1b[J"
     assert log.getvalue() == "0 items\ndone\n1 items\ndone\n"
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-import pytorch_pfn_extras.training.extensions._progress_bar as progress_bar_module
 from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.training import ExtensionsManager
 from pytorch_pfn_extras.training.extensions import (
@@ -86,7 +86,7 @@ def test_speed_and_time_to_finish_follow_the_iterations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr(progress_bar_module.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
     out = io.StringIO()
     bar = ProgressBar(update_interval=5, bar_length=20, out=out)
     manager = ExtensionsManager({}, {}, 2, iters_per_epoch=10, out_dir=tmp_path)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import pytorch_pfn_extras.training.extensions._progress_bar as progress_bar_module
 from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.training import ExtensionsManager
 from pytorch_pfn_extras.training.extensions import LogReport, PrintReport, ProgressBar
@@ -47,7 +47,7 @@ def test_progress_bar_prints_this_exact_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(progress_bar_module.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(time, "perf_counter", clock.perf_counter)
     out = io.StringIO()
     _train(tmp_path, ProgressBar(update_interval=4, bar_length=10, out=out), clock=clock)
     assert out.getvalue() == (

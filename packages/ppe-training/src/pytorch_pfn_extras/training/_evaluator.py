@@ -2,67 +2,31 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.distributed._collective import rank, reduce_summary
-from pytorch_pfn_extras.interop import is_int
-from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
+from pytorch_pfn_extras.training.extensions._evaluation import (
+    EvaluationRun,
+    OverRanks,
+    check_metric,
+    eval_mode,
+    reporter_of,
+    run_metrics,
+    sized_length,
+)
+
+__all__ = ["DistributedEvaluator", "Evaluator", "MetricFn", "sized_length"]
 
 MetricFn = Callable[[Any, Any], Any]
+_METRIC = "metric(batch, outputs)"
 
 
-def sized_length(loader: Any, given: int | None, argument: str) -> int | None:
-    """Return ``given`` (checked) or ``len(loader)``; ``None`` when neither is known."""
-    if given is not None:
-        if not is_int(given) or given < 0:
-            message = f"{argument} must be a non-negative integer, got {given!r}"
-            raise ValueError(message)
-        return given
-    try:
-        return len(loader)
-    except TypeError:
-        return None
-
-
-class _Progress:
-    """A one-line progress display for evaluations (``progress_bar=True``)."""
-
-    def __init__(self, total: int | None, out: TextIO, width: int = 30) -> None:
-        self._total = total
-        self._out = out
-        self._width = width
-        self._every = max(1, (total or 0) // 50)
-
-    def update(self, done: int) -> None:
-        if done % self._every and done != self._total:
-            return
-        if self._total:
-            filled = self._width * done // self._total
-            bar = "#" * filled + "." * (self._width - filled)
-            text = f"\rvalidation [{bar}] {done}/{self._total} ({100 * done // self._total}%)"
-        else:
-            text = f"\rvalidation: {done} batches"
-        self._out.write(text)
-        self._out.flush()
-
-    def close(self) -> None:
-        self._out.write("\n")
-        self._out.flush()
-
-
-def _merge(outputs: Any, values: Any, metric: MetricFn) -> Any:
-    """``outputs`` with a metric's results added, as PPE does (a dict is updated in place)."""
-    if not isinstance(values, Mapping):
-        message = (
-            f"a metric must return a dict or None, got {type(values).__name__} from {metric!r}"
-        )
-        raise TypeError(message)
+def _merge(outputs: Any, values: Mapping[str, Any], metric: MetricFn) -> Any:
+    """What the engine does with a metric's dict: add it to the outputs (a dict in place)."""
     if isinstance(outputs, dict):
         outputs.update(values)
         return outputs
@@ -80,7 +44,8 @@ class Evaluator:
 
     Create it with :func:`pytorch_pfn_extras.engine.create_evaluator`; the trainer runs it
     at its trigger, or call :meth:`run` yourself. Each step runs under ``torch.no_grad()``
-    with the models in evaluation mode (their previous mode is restored afterwards); the
+    with the models in evaluation mode (afterwards each module's mode is restored with
+    ``module.train(mode)``, as the Evaluator extension does); the
     values reported during the steps (by the model, or the handler's ``eval_report_keys``)
     are averaged over the whole loader, each batch weighted by its size, so
     that a smaller last batch does not skew the result; the means are then reported to the
@@ -89,7 +54,8 @@ class Evaluator:
     Args:
         handler: The handler that runs the steps.
         models: A module, or a mapping of names to modules.
-        progress_bar: Show the progress of each evaluation on standard output.
+        progress_bar: Show the progress of each evaluation on standard output (the line of
+            the Evaluator extension, titled ``validation``).
         metrics: Callables ``metric(batch, outputs)`` called after each step; a dict they
             return is added to the step's outputs before the handler's ``eval_post_step``,
             as in PPE, so that ``eval_report_keys`` can name it (e.g.
@@ -128,18 +94,14 @@ class Evaluator:
         Raises:
             TypeError: ``metric`` is not callable.
         """
-        if not callable(metric):
-            message = f"a metric must be callable as metric(batch, outputs), got {metric!r}"
-            raise TypeError(message)
+        check_metric(metric, type(self).__name__, _METRIC)
         self._metrics.append(metric)
 
     def _complete_step(self, batch_idx: int, outputs: Any) -> None:
         self._completed = True
         batch = self._batch
-        for metric in self._metrics:
-            values = metric(batch, outputs)
-            if values is not None:
-                outputs = _merge(outputs, values, metric)
+        if self._metrics:
+            outputs = run_metrics(self._metrics, (batch, outputs), _merge, "Evaluator")
         self.handler.eval_post_step(self, batch_idx, batch, outputs)
 
     def run(
@@ -163,27 +125,19 @@ class Evaluator:
         if self._set_up is not loader:
             self.handler.eval_setup(self, loader)
             self._set_up = loader
-        summary = reporting.DictSummary()
-        modes = [
-            (module, module.training)
-            for model in self.models.values()
-            for module in model.modules()
-        ]
-        for model in self.models.values():
-            model.eval()
-        progress = _Progress(total, sys.stdout) if self._shows_progress() else None
+        title = "validation" if self._shows_progress() else None
         try:
-            with torch.no_grad():
+            with (
+                EvaluationRun(total, title) as run,
+                eval_mode(self.models.values()),
+                torch.no_grad(),
+            ):
                 self.handler.eval_loop_begin(self)
-                self._loop(loader, total, summary, progress)
+                self._loop(loader, run)
                 self.handler.eval_loop_end(self)
         finally:
             self._batch = None
-            for module, training in modes:
-                module.training = training
-            if progress is not None:
-                progress.close()
-        means = self._summarize(summary).compute_mean()
+        means = self._summarize(run.summary).compute_mean()
         reporting.report(means)
         return means
 
@@ -195,23 +149,13 @@ class Evaluator:
         """The summary whose means :meth:`run` reports: this process's own."""
         return summary
 
-    def _loop(
-        self,
-        loader: Iterable[Any],
-        total: int | None,
-        summary: reporting.DictSummary,
-        progress: _Progress | None,
-    ) -> None:
+    def _loop(self, loader: Iterable[Any], run: EvaluationRun) -> None:
         handler = self.handler
         # A reporter of its own: the evaluator runs inside a trainer's iteration or alone,
         # and values reported with ``observer=model`` are named as in the trainer.
-        reporter = reporting.Reporter()
-        for name, model in self.models.items():
-            reporter.add_observer(name, model)
-            reporter.add_observers(
-                name + "/", [(sub, module) for sub, module in model.named_modules() if sub]
-            )
+        reporter = reporter_of(self.models)
         iterator = iter(loader)
+        total = run.status.size
         batch_idx = 0
         while total is None or batch_idx < total:
             try:
@@ -229,16 +173,13 @@ class Evaluator:
                     f"complete_fn for batch {batch_idx}; the evaluator completes steps in order"
                 )
                 raise RuntimeError(message)
-            if observation:
-                summary.add(weighted(observation, batch_size_of(batch)))
+            run.add(observation, batch)
             batch_idx += 1
-            if progress is not None:
-                progress.update(batch_idx)
             if self._profile is not None:
                 self._profile.step()
 
 
-class DistributedEvaluator(Evaluator):
+class DistributedEvaluator(OverRanks, Evaluator):
     """An :class:`Evaluator` whose means are over the samples of every process.
 
     Each process evaluates its own share of the validation data (give each rank a loader
@@ -264,11 +205,3 @@ class DistributedEvaluator(Evaluator):
         RuntimeError: (at :meth:`run`) the job was started as several processes but
             torch.distributed is not initialized.
     """
-
-    def _shows_progress(self) -> bool:
-        """Rank 0 alone shows the progress (every rank evaluates at the same pace)."""
-        return self._progress_bar and rank() == 0
-
-    def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
-        """The summary of every rank's values (a collective)."""
-        return reduce_summary(summary, "DistributedEvaluator")

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import contextlib
-import math
-import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import torch
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.distributed._collective import rank, reduce_summary
 from pytorch_pfn_extras.runtime import call_with_batch
-from pytorch_pfn_extras.training._batch import batch_size_of, weighted
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
 from pytorch_pfn_extras.training._ignite_manager import import_ignite
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
-from pytorch_pfn_extras.training.extensions._progress_bar import _bar
+from pytorch_pfn_extras.training.extensions._evaluation import (
+    EvaluationRun,
+    IterationStatus,
+    OverRanks,
+    check_metric,
+    eval_mode,
+    reporter_of,
+    run_metrics,
+    sized_length,
+)
 
 if TYPE_CHECKING:
     from ignite.engine import Engine
@@ -30,81 +34,10 @@ MetricFn: TypeAlias = Callable[[Any, Any, bool], "Mapping[str, Any] | None"]
 EvalHook: TypeAlias = Callable[["Evaluator"], Any]
 """``eval_hook(evaluator)``, called before each evaluation."""
 
+__all__ = ["DistributedEvaluator", "Evaluator", "IgniteEvaluator", "IterationStatus"]
+
 _T = TypeVar("_T")
-
-# Seconds between two redraws of the progress line (always drawn at the end).
-_REDRAW_TTY = 0.1
-_REDRAW_FILE = 5.0
-_BAR_LENGTH = 30
-
-
-class IterationStatus:
-    """Progress of an evaluation: how many batches were evaluated, out of how many.
-
-    Attributes:
-        size: Number of batches of the evaluation; ``None`` when the iterator has no
-            ``len()``.
-        current_position: Number of batches evaluated so far.
-        is_last: Whether the batch being evaluated is the last one.
-
-    Example:
-        >>> status = IterationStatus(4)
-        >>> status.current_position = 1
-        >>> status.epoch_detail
-        0.25
-    """
-
-    def __init__(self, size: int | None) -> None:
-        self.size = size
-        self.current_position = 0
-        self.is_last = False
-
-    @property
-    def epoch_detail(self) -> float | None:
-        """Fraction of the evaluation done; ``None`` when the size is unknown."""
-        if self.size is None:
-            return None
-        return self.current_position / self.size if self.size else 1.0
-
-    def __repr__(self) -> str:
-        return (
-            f"IterationStatus(current_position={self.current_position}, size={self.size}, "
-            f"is_last={self.is_last})"
-        )
-
-
-class _EvaluationProgress:
-    """One progress line on standard output, redrawn in place on a terminal."""
-
-    def __init__(self, name: str, status: IterationStatus) -> None:
-        self._name = name
-        self._status = status
-        self._start = time.perf_counter()
-        self._drawn_at = -math.inf
-
-    def update(self, final: bool = False) -> None:
-        out = sys.stdout
-        isatty = getattr(out, "isatty", None)
-        tty = callable(isatty) and bool(isatty())
-        now = time.perf_counter()
-        if not final and now - self._drawn_at < (_REDRAW_TTY if tty else _REDRAW_FILE):
-            return
-        self._drawn_at = now
-        line = self._line(now - self._start)
-        if tty:
-            out.write("\r\x1b[K" + line + ("\n" if final else ""))
-        else:
-            out.write(line + "\n")
-        out.flush()
-
-    def _line(self, elapsed: float) -> str:
-        done, size = self._status.current_position, self._status.size
-        speed = f"{done / elapsed:.4g} iters/sec" if done and elapsed > 0 else "starting..."
-        if size is None:
-            return f"{self._name}: {done} iterations, {speed}"
-        fraction = done / size if size else 1.0
-        bar = _bar(fraction, _BAR_LENGTH)
-        return f"{self._name} [{bar}] {fraction:7.2%} {done}/{size} iterations, {speed}"
+_METRIC = "metric_fn(batch, outputs, last_iteration)"
 
 
 def _named(
@@ -150,53 +83,6 @@ def _lookup(mapping: Mapping[str, _T], name: str, what: str) -> _T:
         raise KeyError(message) from None
 
 
-def _length_of(iterator: Iterable[Any]) -> int | None:
-    try:
-        return len(iterator)  # type: ignore[arg-type]
-    except TypeError:  # no __len__ (a generator, an IterableDataset's loader)
-        return None
-
-
-def _with_last(iterable: Iterable[_T]) -> Iterator[tuple[_T, bool]]:
-    """Yield ``(item, is_last)``, looking one item ahead (works without ``len()``)."""
-    iterator = iter(iterable)
-    try:
-        current = next(iterator)
-    except StopIteration:
-        return
-    for following in iterator:
-        yield current, False
-        current = following
-    yield current, True
-
-
-@contextlib.contextmanager
-def _eval_mode(targets: Iterable[torch.nn.Module]) -> Iterator[None]:
-    """Put ``targets`` in eval mode; restore every submodule's own mode on exit."""
-    saved = [(target, [(m, m.training) for m in target.modules()]) for target in targets]
-    for target, _ in saved:
-        target.eval()
-    try:
-        yield
-    finally:
-        for target, modes in saved:
-            if len({mode for _, mode in modes}) == 1:
-                target.train(modes[0][1])
-            else:  # mixed modes (e.g. a frozen BatchNorm): parents first, then children
-                for module, mode in modes:
-                    module.train(mode)
-
-
-def _check_metric(metric_fn: Any) -> MetricFn:
-    if not callable(metric_fn):
-        message = (
-            "Evaluator: a metric must be a callable metric_fn(batch, outputs, last_iteration), "
-            f"got {type(metric_fn).__name__}"
-        )
-        raise TypeError(message)
-    return metric_fn  # type: ignore[no-any-return]
-
-
 def _reject_unknown(owner: str, kwargs: Mapping[str, Any], accepted: str) -> None:
     """PPE takes the options as ``**kwargs``; ours are keyword-only: anything else is a typo."""
     if kwargs:
@@ -204,17 +90,10 @@ def _reject_unknown(owner: str, kwargs: Mapping[str, Any], accepted: str) -> Non
         raise TypeError(message)
 
 
-def _run_metric(metric_fn: MetricFn, batch: Any, outputs: Any, is_last: bool) -> None:
-    values = metric_fn(batch, outputs, is_last)
-    if values is None:
-        return
-    if not isinstance(values, Mapping):
-        message = (
-            f"Evaluator: the metric {metric_fn!r} returned a {type(values).__name__}; a metric "
-            "returns None (after reporting its values) or a dict of values to report"
-        )
-        raise TypeError(message)
+def _report(outputs: Any, values: Mapping[str, Any], metric_fn: Any) -> Any:
+    """What the extension does with a metric's dict: report it (the outputs stay)."""
     reporting.report(values)
+    return outputs
 
 
 class Evaluator(Extension):
@@ -234,9 +113,10 @@ class Evaluator(Extension):
     each metric with ``(batch, outputs, last_iteration)``. The values reported for a batch
     are weighted by its size (the first dimension of the first tensor in the batch), so the
     result is the mean over all samples even when the last batch is smaller (PPE averages
-    the per-batch means; a ``(value, weight)`` pair you report keeps your weight). Afterwards every target is back in the mode it had,
-    also when the evaluation raises. No reported tensor is converted to a Python number
-    before the final mean (one host transfer per device).
+    the per-batch means; a ``(value, weight)`` pair you report keeps your weight).
+    Afterwards each module is back in the mode it had (``module.train(mode)``, as in the
+    engine's evaluator), also when the evaluation raises. No reported tensor is converted
+    to a Python number before the final mean (one host transfer per device).
 
     Override :meth:`evaluate` to change the loop (it runs with the evaluation reporter
     current), or :meth:`eval_func` to change what is done with each batch.
@@ -308,7 +188,9 @@ class Evaluator(Extension):
         """Function to prepare for each evaluation, called with the evaluator."""
         self._eval_func = eval_func
         self._progress_bar = bool(progress_bar)
-        self._metrics: list[MetricFn] = [_check_metric(m) for m in metrics or ()]
+        self._metrics: list[MetricFn] = []
+        for metric_fn in metrics or ():
+            self.add_metric(metric_fn)
         self._status: IterationStatus | None = None
 
     @property
@@ -340,7 +222,8 @@ class Evaluator(Extension):
         Raises:
             TypeError: ``metric_fn`` is not callable.
         """
-        self._metrics.append(_check_metric(metric_fn))
+        check_metric(metric_fn, type(self).__name__, _METRIC)
+        self._metrics.append(metric_fn)
 
     def get_iterator(self, name: str) -> Iterable[Any]:
         """Return the iterator named ``name``.
@@ -375,22 +258,26 @@ class Evaluator(Extension):
         Returns:
             The means of the values reported during the evaluation.
         """
-        reporter = reporting.Reporter()
-        prefix = "" if self.name is None else self.name + "/"
-        for name, target in self._targets.items():
-            reporter.add_observer(prefix + name, target)
-            reporter.add_observers(
-                prefix + name + "/", [(sub, m) for sub, m in target.named_modules() if sub]
-            )
+        reporter = reporter_of(self._targets, "" if self.name is None else self.name + "/")
         with reporter, torch.no_grad():
             result = self.evaluate()
         reporting.report(result)
         return result
 
-    def _progress(self, status: IterationStatus) -> _EvaluationProgress | None:
-        if not self._progress_bar:
-            return None
-        return _EvaluationProgress(self.name or self.default_name, status)
+    def _shows_progress(self) -> bool:
+        """Whether an evaluation shows its progress (``progress_bar=True``)."""
+        return self._progress_bar
+
+    @contextlib.contextmanager
+    def _running(self, iterator: Iterable[Any]) -> Iterator[EvaluationRun]:
+        """An evaluation of ``iterator`` under way: the targets in eval mode, the hook called."""
+        with eval_mode(self._targets.values()):
+            if self.eval_hook is not None:
+                self.eval_hook(self)
+            title = (self.name or self.default_name) if self._shows_progress() else None
+            with EvaluationRun(sized_length(iterator, None, "iterator"), title) as run:
+                self._status = run.status
+                yield run
 
     def evaluate(self) -> dict[str, Any]:
         """Evaluate the targets on the ``'main'`` iterator.
@@ -401,28 +288,16 @@ class Evaluator(Extension):
             The mean of each reported value over the samples (weighted by batch size).
         """
         iterator = self.get_iterator("main")
-        summary = reporting.DictSummary()
-        with _eval_mode(self._targets.values()):
-            if self.eval_hook is not None:
-                self.eval_hook(self)
-            status = self._status = IterationStatus(_length_of(iterator))
-            progress = self._progress(status)
-            try:
-                for batch, is_last in _with_last(iterator):
-                    status.is_last = is_last
-                    observation: dict[str, Any] = {}
-                    with reporting.report_scope(observation):
-                        outputs = call_with_batch(self.eval_func, batch)
-                        for metric_fn in self._metrics:
-                            _run_metric(metric_fn, batch, outputs, is_last)
-                    summary.add(weighted(observation, batch_size_of(batch)))
-                    status.current_position += 1
-                    if progress is not None:
-                        progress.update()
-            finally:
-                if progress is not None:
-                    progress.update(final=True)
-        return self._summarize(summary).compute_mean()
+        with self._running(iterator) as run:
+            for batch in run.batches(iterator):
+                observation: dict[str, Any] = {}
+                with reporting.report_scope(observation):
+                    outputs = call_with_batch(self.eval_func, batch)
+                    if self._metrics:
+                        args = (batch, outputs, run.status.is_last)
+                        run_metrics(self._metrics, args, _report, "Evaluator")
+                run.add(observation, batch)
+        return self._summarize(run.summary).compute_mean()
 
     def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
         """The summary whose means :meth:`evaluate` returns: this process's own."""
@@ -432,22 +307,6 @@ class Evaluator(Extension):
 def _engine_evaluates(*args: Any, **kwargs: Any) -> Any:
     message = "IgniteEvaluator evaluates with its ignite engine's process function"
     raise TypeError(message)
-
-
-class _IgniteRun:
-    """What the engine's handlers need during one :meth:`IgniteEvaluator.evaluate`."""
-
-    def __init__(
-        self,
-        summary: reporting.DictSummary,
-        status: IterationStatus,
-        progress: _EvaluationProgress | None,
-    ) -> None:
-        self.summary = summary
-        self.status = status
-        self.progress = progress
-        self.scope = contextlib.ExitStack()  # the observation scope of the current iteration
-        self.observation: dict[str, Any] = {}
 
 
 class IgniteEvaluator(Evaluator):
@@ -511,7 +370,9 @@ class IgniteEvaluator(Evaluator):
         self.evaluator = evaluator
         """The Ignite evaluator engine."""
         self._events = engine_module.Events
-        self._run: _IgniteRun | None = None
+        self._run: EvaluationRun | None = None  # the evaluation under way
+        self._scope = contextlib.ExitStack()  # the report scope of the engine's iteration
+        self._observation: dict[str, Any] = {}
         self.set_evaluator_handlers()
 
     def set_evaluator_handlers(self) -> None:
@@ -524,11 +385,10 @@ class IgniteEvaluator(Evaluator):
         engine.add_event_handler(events.ITERATION_COMPLETED, self._on_iteration_completed)
 
     def _on_iteration_started(self, engine: Engine) -> None:
-        run = self._run
-        if run is None:
+        if self._run is None:
             return
-        run.observation = {}
-        run.scope.enter_context(reporting.report_scope(run.observation))
+        self._observation = {}
+        self._scope.enter_context(reporting.report_scope(self._observation))
 
     def _on_iteration_completed(self, engine: Engine) -> None:
         run = self._run
@@ -538,13 +398,11 @@ class IgniteEvaluator(Evaluator):
         epoch_length = state.epoch_length
         is_last = epoch_length is not None and state.iteration % epoch_length == 0
         run.status.is_last = is_last
-        with run.scope:  # closes the iteration's observation scope
-            for metric_fn in self._metrics:
-                _run_metric(metric_fn, state.batch, state.output, is_last)
-        run.summary.add(weighted(run.observation, batch_size_of(state.batch)))
-        run.status.current_position += 1
-        if run.progress is not None:
-            run.progress.update()
+        with self._scope:  # closes the iteration's report scope
+            if self._metrics:
+                args = (state.batch, state.output, is_last)
+                run_metrics(self._metrics, args, _report, "IgniteEvaluator")
+        run.add(self._observation, state.batch)
 
     def evaluate(self) -> dict[str, Any]:
         """Run the engine on the ``'main'`` iterator.
@@ -554,26 +412,20 @@ class IgniteEvaluator(Evaluator):
             the engine's metrics.
         """
         iterator = self.get_iterator("main")
-        summary = reporting.DictSummary()
-        with _eval_mode(self._targets.values()):
-            if self.eval_hook is not None:
-                self.eval_hook(self)
-            status = self._status = IterationStatus(_length_of(iterator))
-            run = self._run = _IgniteRun(summary, status, self._progress(status))
+        with self._running(iterator) as run:
+            self._run = run
             try:
-                with run.scope:
+                with self._scope:  # also when the engine raises within an iteration
                     self.evaluator.run(iterator)
             finally:
                 self._run = None
-                if run.progress is not None:
-                    run.progress.update(final=True)
-        result: dict[str, Any] = summary.compute_mean()
+        result: dict[str, Any] = run.summary.compute_mean()
         for name, value in self.evaluator.state.metrics.items():
             result[f"val/{name}"] = value
         return result
 
 
-class DistributedEvaluator(Evaluator):
+class DistributedEvaluator(OverRanks, Evaluator):
     """An :class:`Evaluator` whose means are over the samples of every process.
 
     Each process evaluates its own share of the validation data: give each rank an
@@ -597,12 +449,3 @@ class DistributedEvaluator(Evaluator):
         >>> loader = DataLoader(val_set, batch_size=64, sampler=sampler)
         >>> manager.extend(extensions.DistributedEvaluator(loader, model))
     """
-
-    def _summarize(self, summary: reporting.DictSummary) -> reporting.DictSummary:
-        """The summary of every rank's values (a collective)."""
-        return reduce_summary(summary, "DistributedEvaluator")
-
-    def _progress(self, status: IterationStatus) -> _EvaluationProgress | None:
-        if rank() != 0:
-            return None
-        return super()._progress(status)

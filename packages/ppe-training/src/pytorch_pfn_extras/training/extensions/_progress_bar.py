@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import collections
 import datetime
 import html
 import math
-import time
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
+from pytorch_pfn_extras.training.extensions import util
 from pytorch_pfn_extras.training.extensions._print_report import (
     STDOUT,
     display,
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
 
 _UNITS = ("iteration", "epoch")
-_N_TIMINGS = 10  # the speed is measured over the last updates
 
 
 class _Status(NamedTuple):
@@ -97,6 +95,26 @@ def _plural(count: float, unit: str) -> str:
     return f"{count:g} {unit}" + ("s" if count != 1 else "")
 
 
+class _Drawing(util.ProgressBar):
+    """The drawing and the speed of :class:`ProgressBar`: the lines it is given, in place."""
+
+    def __init__(self, out: IO[str]) -> None:
+        super().__init__(out)
+        self.lines: list[str] = []
+
+    def get_lines(self) -> list[str]:
+        return self.lines
+
+    def since(self, iteration: int, epoch_detail: float) -> tuple[util._Timing, util._Timing]:
+        """Record the progress now; return the oldest of the last 10 records, and this one."""
+        return self._record(iteration, epoch_detail)
+
+    def draw(self, lines: list[str], *, final: bool) -> bool:
+        """Draw ``lines``; return whether they are to be drawn over (see ``_draw``)."""
+        self.lines = lines
+        return self._draw(final=final)
+
+
 def _finish_text(status: _Status) -> str:
     if status.speed is None or status.eta is None:
         return "  estimating the speed..."
@@ -165,10 +183,7 @@ class ProgressBar(Extension):
         self._bar_length = _check_positive_int(bar_length, "bar_length")
         self._out = STDOUT if out is None else out
         self._length: tuple[float, str] | None = self._training_length
-        # (iteration, epoch_detail, time) of the last updates
-        self._timings: collections.deque[tuple[int, float, float]] = collections.deque(
-            maxlen=_N_TIMINGS
-        )
+        self._drawing: _Drawing | None = None  # drawing and timing, from initialize()
         self._shown_at = -1
         self._drawn_in_place = False
 
@@ -176,14 +191,14 @@ class ProgressBar(Extension):
         """Find the length of training and start timing."""
         if self._length is None:
             self._length = _length_of(manager)
-        self._timings.clear()
-        self._timings.append((manager.iteration, manager.epoch_detail, time.perf_counter()))
+        self._drawing = _Drawing(self._out)
+        self._drawing.since(manager.iteration, manager.epoch_detail)
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Update the bar every ``update_interval`` iterations."""
         if manager.iteration % self._update_interval:
             return
-        if not self._timings:  # called without initialize()
+        if self._drawing is None:  # called without initialize()
             self.initialize(manager)
         self.update(manager.iteration, manager.epoch_detail)
 
@@ -204,21 +219,23 @@ class ProgressBar(Extension):
                 "training_length=(length, unit), or let the manager initialize the extension"
             )
             raise RuntimeError(message)
-        now = time.perf_counter()
-        self._timings.append((iteration, epoch_detail, now))
         self._shown_at = iteration
-        self._render(self._status(iteration, epoch_detail, now))
+        self._render(self._status(iteration, epoch_detail))
 
-    def _status(self, iteration: int, epoch_detail: float, now: float) -> _Status:
+    def _status(self, iteration: int, epoch_detail: float) -> _Status:
+        """The status after ``iteration`` iterations; records the time, for the speed."""
         assert self._length is not None
         length, unit = self._length
-        done = iteration if unit == "iteration" else epoch_detail
-        old_iteration, old_epoch_detail, old_time = self._timings[0]
+        if self._drawing is None:  # update() called before initialize()
+            self._drawing = _Drawing(self._out)
+        old, now = self._drawing.since(iteration, epoch_detail)
+        done, old_done = (
+            (iteration, old.iteration) if unit == "iteration" else (epoch_detail, old.epoch_detail)
+        )
         speed = eta = None
-        old_done = old_iteration if unit == "iteration" else old_epoch_detail
-        if iteration > old_iteration and now > old_time and done > old_done:
-            speed = (iteration - old_iteration) / (now - old_time)
-            eta = max(length - done, 0) * (now - old_time) / (done - old_done)
+        if iteration > old.iteration and now.time > old.time and done > old_done:
+            speed = (iteration - old.iteration) / (now.time - old.time)
+            eta = max(length - done, 0) * (now.time - old.time) / (done - old_done)
         return _Status(
             total=done / length,
             epoch=_epoch_fraction(iteration, epoch_detail),
@@ -241,33 +258,23 @@ class ProgressBar(Extension):
         ]
 
     def _render(self, status: _Status, final: bool = False) -> None:
-        out = self._out
-        lines = self._lines(status)
-        isatty = getattr(out, "isatty", None)
-        if callable(isatty) and isatty():
-            # Clear below the cursor, draw, and go back up unless it is the last drawing.
-            text = "\x1b[J" + "\n".join(lines) + "\n"
-            if not final:
-                text += f"\x1b[{len(lines)}A"
-            self._drawn_in_place = not final
-        else:
-            text = "\n".join(lines) + "\n"
-        out.write(text)
-        out.flush()
+        # On a terminal: clear below the cursor, draw, and go back up unless it is the last
+        # drawing; elsewhere each drawing below the previous one.
+        assert self._drawing is not None
+        self._drawn_in_place = self._drawing.draw(self._lines(status), final=final)
 
     def finalize(self, manager: ExtensionsManagerProtocol) -> None:
         """Show the final state (once more if the last update was not at the end)."""
-        if self._length is None or not self._timings:
+        bar = self._drawing
+        if self._length is None or bar is None:
             return
         iteration = manager.iteration
-        if iteration == self._shown_at and not self._drawn_in_place:
+        if iteration == self._shown_at:
+            if self._drawn_in_place:  # the last drawing again, for good
+                self._drawn_in_place = bar.draw(bar.lines, final=True)
             return
-        now = time.perf_counter()
-        epoch_detail = manager.epoch_detail
-        if iteration != self._timings[-1][0]:
-            self._timings.append((iteration, epoch_detail, now))
         self._shown_at = iteration
-        self._render(self._status(iteration, epoch_detail, now), final=True)
+        self._render(self._status(iteration, manager.epoch_detail), final=True)
 
 
 class ProgressBarNotebook(ProgressBar):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 __all__ = [
     "ProgressBar",
@@ -18,13 +18,21 @@ __all__ = [
 _N_TIMINGS = 10  # the speed is measured over the last calls
 
 
+class _Timing(NamedTuple):
+    iteration: int
+    epoch_detail: float
+    time: float  # time.perf_counter()
+
+
 class ProgressBar:
     """A progress display redrawn in place on a terminal; subclasses give its lines.
 
     :meth:`update` clears the lines drawn before, prints :meth:`get_lines` and moves the
     cursor back up, so the next update overwrites them; :meth:`close` clears them for
     good. On a stream that is not a terminal (a file, a pipe) each update is printed
-    below the previous one, without control characters.
+    below the previous one, without control characters. The
+    :class:`~pytorch_pfn_extras.training.extensions.ProgressBar` extension and the progress
+    line of both evaluators (``progress_bar=True``) are drawn by it.
 
     Args:
         out: Stream to print to; standard output (looked up at each print) by default.
@@ -45,9 +53,7 @@ class ProgressBar:
 
     def __init__(self, out: IO[str] | None = None) -> None:
         self._out = out
-        self._timings: collections.deque[tuple[int, float, float]] = collections.deque(
-            maxlen=_N_TIMINGS
-        )
+        self._timings: collections.deque[_Timing] = collections.deque(maxlen=_N_TIMINGS)
 
     @property
     def out(self) -> IO[str]:
@@ -69,13 +75,17 @@ class ProgressBar:
             ``(iterations per second, epochs per second)`` since the oldest of the last 10
             calls; infinite when no time has passed since then (the first call).
         """
-        now = time.perf_counter()
-        self._timings.append((iteration, epoch_detail, now))
-        old_iteration, old_epoch, old_time = self._timings[0]
-        span = now - old_time
+        old, now = self._record(iteration, epoch_detail)
+        span = now.time - old.time
         if span <= 0:
             return float("inf"), float("inf")
-        return (iteration - old_iteration) / span, (epoch_detail - old_epoch) / span
+        return (iteration - old.iteration) / span, (epoch_detail - old.epoch_detail) / span
+
+    def _record(self, iteration: int, epoch_detail: float) -> tuple[_Timing, _Timing]:
+        """Record the progress now; return the oldest of the last 10 records, and this one."""
+        now = _Timing(iteration, epoch_detail, time.perf_counter())
+        self._timings.append(now)
+        return self._timings[0], now
 
     def get_lines(self) -> list[str]:
         """Return the lines to draw (a trailing newline is added where missing).
@@ -93,14 +103,25 @@ class ProgressBar:
             manager: Ignored here; for subclasses that read the manager's progress before
                 drawing.
         """
+        self._draw(final=False)
+
+    def _draw(self, *, final: bool) -> bool:
+        """Draw :meth:`get_lines` over the previous lines; a ``final`` drawing stays.
+
+        Returns:
+            Whether the lines were drawn in place, to be drawn over (on a terminal, unless
+            ``final``).
+        """
         lines = [line if line.endswith("\n") else line + "\n" for line in self.get_lines()]
         terminal = self._is_terminal()
         if terminal:
             self.erase_console()
         self.out.write("".join(lines))
-        if terminal:
+        in_place = terminal and not final
+        if in_place:
             self.move_cursor_up(len(lines))
         self.flush()
+        return in_place
 
     def close(self) -> None:
         """Clear the lines drawn on a terminal."""
@@ -113,9 +134,9 @@ class ProgressBar:
         self.out.write("\x1b[J")
 
     def move_cursor_up(self, n: int) -> None:
-        """Move the cursor ``n`` lines up (to the beginning of the line)."""
+        """Move the cursor ``n`` lines up, in its column (the first after :meth:`update`)."""
         if n > 0:
-            self.out.write(f"\x1b[{n:d}A\r")
+            self.out.write(f"\x1b[{n:d}A")
 
     def flush(self) -> None:
         """Flush the stream."""
