@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -240,7 +241,7 @@ def test_util_progress_bar_redraws_in_place_on_a_terminal() -> None:
 
 def test_util_progress_bar_measures_the_speed(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
-    monkeypatch.setattr(util.time, "perf_counter", lambda: now[0])  # a clock the test moves
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])  # a clock the test moves
     bar = _Counter(io.StringIO())
     assert bar.update_speed(0, 0.0) == (float("inf"), float("inf"))
     now[0] += 2.0

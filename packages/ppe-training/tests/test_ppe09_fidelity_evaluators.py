@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import re
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,7 @@ def test_both_redraw_the_line_in_place_on_a_terminal(
     evaluate: Evaluate, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr(ppe.training.extensions.util.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
 
     class Slow(Model):
         def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -201,7 +202,7 @@ def test_progress_bar_extension_ends_with_its_last_drawing_on_a_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr(ppe.training.extensions.util.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
 
     @ppe.training.make_extension(trigger=(1, "iteration"), priority=0)
     def slow_writer(manager: Any) -> None:

@@ -10,7 +10,8 @@ import torch
 from pytorch_pfn_extras.handler import BaseLogic, Handler, Logic
 from pytorch_pfn_extras.handler._logic import check_grad_scaler
 from pytorch_pfn_extras.runtime import runtime_registry
-from pytorch_pfn_extras.training._evaluator import DistributedEvaluator, Evaluator, MetricFn
+from pytorch_pfn_extras.training._engine._evaluator import DistributedEvaluator, Evaluator, MetricFn
+from pytorch_pfn_extras.training._engine._trainer import EvaluatorsLike, Trainer
 from pytorch_pfn_extras.training._extension import ExtensionEntry, ExtensionLike
 from pytorch_pfn_extras.training._manager_protocol import StateObjectProtocol
 from pytorch_pfn_extras.training._manager_util import (
@@ -19,7 +20,6 @@ from pytorch_pfn_extras.training._manager_util import (
     as_dict,
     as_optimizers,
 )
-from pytorch_pfn_extras.training._trainer import EvaluatorsLike, Trainer
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 from pytorch_pfn_extras.writing import Writer
 

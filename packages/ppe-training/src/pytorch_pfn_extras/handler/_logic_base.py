@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from pytorch_pfn_extras.training._engine._run_state import RunState
 from pytorch_pfn_extras.training._manager_util import check_optimizer
-from pytorch_pfn_extras.training._run_state import RunState
 
 # Optimizer types found to have zero_grad() and step() (checked once per type).
 _STEPPABLE: set[type] = {torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW}

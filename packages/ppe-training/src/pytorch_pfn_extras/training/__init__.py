@@ -10,7 +10,8 @@ from pytorch_pfn_extras.training import (
     trigger,
     triggers,
 )
-from pytorch_pfn_extras.training._evaluator import DistributedEvaluator, Evaluator
+from pytorch_pfn_extras.training._engine._evaluator import DistributedEvaluator, Evaluator
+from pytorch_pfn_extras.training._engine._trainer import Trainer
 from pytorch_pfn_extras.training._extension import (
     PRIORITY_EDITOR,
     PRIORITY_READER,
@@ -27,7 +28,6 @@ from pytorch_pfn_extras.training._manager_protocol import (
     StateObjectProtocol,
 )
 from pytorch_pfn_extras.training._metrics import AccuracyMetric
-from pytorch_pfn_extras.training._trainer import Trainer
 from pytorch_pfn_extras.training._trigger_util import (
     Trigger,
     get_trigger,

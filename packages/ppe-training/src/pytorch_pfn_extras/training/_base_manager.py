@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from pytorch_pfn_extras.reporting import Reporter
+from pytorch_pfn_extras.training._engine._run_state import RunState
 from pytorch_pfn_extras.training._extension import ExtensionEntry, ExtensionLike
 from pytorch_pfn_extras.training._manager_extensions import _ExtensionRegistry, _Runner
 from pytorch_pfn_extras.training._manager_state_dict import _ManagerStateDict
@@ -24,7 +25,6 @@ from pytorch_pfn_extras.training._manager_util import (
     as_optimizers,
     check_state_objects,
 )
-from pytorch_pfn_extras.training._run_state import RunState
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
 from pytorch_pfn_extras.training._writer_util import check_writer, finalize_writer
 from pytorch_pfn_extras.writing import SimpleWriter, Writer

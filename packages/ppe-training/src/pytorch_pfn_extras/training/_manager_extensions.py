@@ -12,8 +12,8 @@ from pytorch_pfn_extras.training._writer_util import initialize_writer
 if TYPE_CHECKING:
     import types
 
+    from pytorch_pfn_extras.training._engine._run_state import RunState
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
-    from pytorch_pfn_extras.training._run_state import RunState
     from pytorch_pfn_extras.writing import Writer
 
     # The registry hands the manager it is mixed into (self) to extensions and triggers:

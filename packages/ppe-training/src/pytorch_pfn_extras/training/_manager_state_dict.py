@@ -15,9 +15,9 @@ from pytorch_pfn_extras.training._version import __version__
 if TYPE_CHECKING:
     import torch
 
+    from pytorch_pfn_extras.training._engine._run_state import RunState
     from pytorch_pfn_extras.training._extension import ExtensionEntry
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
-    from pytorch_pfn_extras.training._run_state import RunState
     from pytorch_pfn_extras.training._trigger_util import Trigger
 
     # Mixed into the manager, it reads the manager's properties (iteration, elapsed_time):

@@ -10,10 +10,7 @@ import torch
 
 from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.runtime import call_with_batch
-from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
-from pytorch_pfn_extras.training._ignite_manager import import_ignite
-from pytorch_pfn_extras.training._trigger_util import TriggerLike
-from pytorch_pfn_extras.training.extensions._evaluation import (
+from pytorch_pfn_extras.training._engine._evaluation import (
     EvaluationRun,
     IterationStatus,
     OverRanks,
@@ -23,6 +20,9 @@ from pytorch_pfn_extras.training.extensions._evaluation import (
     run_metrics,
     sized_length,
 )
+from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, Extension
+from pytorch_pfn_extras.training._ignite_manager import import_ignite
+from pytorch_pfn_extras.training._trigger_util import TriggerLike
 
 if TYPE_CHECKING:
     from ignite.engine import Engine

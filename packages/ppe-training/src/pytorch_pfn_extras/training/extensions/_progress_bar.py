@@ -8,9 +8,10 @@ import math
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from pytorch_pfn_extras.interop import is_int
+from pytorch_pfn_extras.training._engine import _progress
+from pytorch_pfn_extras.training._engine._progress import bar as _bar
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
-from pytorch_pfn_extras.training.extensions import util
 from pytorch_pfn_extras.training.extensions._print_report import (
     STDOUT,
     display,
@@ -86,16 +87,11 @@ def _epoch_fraction(iteration: int, epoch_detail: float) -> float:
     return fraction
 
 
-def _bar(fraction: float, length: int) -> str:
-    done = int(length * min(max(fraction, 0.0), 1.0))
-    return "#" * done + "." * (length - done)
-
-
 def _plural(count: float, unit: str) -> str:
     return f"{count:g} {unit}" + ("s" if count != 1 else "")
 
 
-class _Drawing(util.ProgressBar):
+class _Drawing(_progress.ProgressBar):
     """The drawing and the speed of :class:`ProgressBar`: the lines it is given, in place."""
 
     def __init__(self, out: IO[str]) -> None:
@@ -105,7 +101,9 @@ class _Drawing(util.ProgressBar):
     def get_lines(self) -> list[str]:
         return self.lines
 
-    def since(self, iteration: int, epoch_detail: float) -> tuple[util._Timing, util._Timing]:
+    def since(
+        self, iteration: int, epoch_detail: float
+    ) -> tuple[_progress.Timing, _progress.Timing]:
         """Record the progress now; return the oldest of the last 10 records, and this one."""
         return self._record(iteration, epoch_detail)
 

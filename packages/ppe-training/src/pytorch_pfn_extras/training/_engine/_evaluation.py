@@ -24,8 +24,8 @@ from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.distributed._collective import rank, reduce_summary
 from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training._batch import batch_size_of, weighted
-from pytorch_pfn_extras.training.extensions._progress_bar import _bar
-from pytorch_pfn_extras.training.extensions.util import ProgressBar
+from pytorch_pfn_extras.training._engine._progress import ProgressBar
+from pytorch_pfn_extras.training._engine._progress import bar as _bar
 
 # Seconds between two redraws of the progress line (the first and the last are always drawn).
 _REDRAW_TTY = 0.1

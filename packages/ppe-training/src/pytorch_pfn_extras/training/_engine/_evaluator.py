@@ -8,8 +8,7 @@ from typing import Any
 import torch
 
 from pytorch_pfn_extras import reporting
-from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
-from pytorch_pfn_extras.training.extensions._evaluation import (
+from pytorch_pfn_extras.training._engine._evaluation import (
     EvaluationRun,
     OverRanks,
     check_metric,
@@ -18,6 +17,7 @@ from pytorch_pfn_extras.training.extensions._evaluation import (
     run_metrics,
     sized_length,
 )
+from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict
 
 __all__ = ["DistributedEvaluator", "Evaluator", "MetricFn", "sized_length"]
 

@@ -11,12 +11,12 @@ from typing import Any
 import torch
 
 from pytorch_pfn_extras.training._base_manager import _BaseExtensionsManager
-from pytorch_pfn_extras.training._evaluator import Evaluator, sized_length
+from pytorch_pfn_extras.training._engine._evaluator import Evaluator, sized_length
+from pytorch_pfn_extras.training._engine._run_state import RunState
+from pytorch_pfn_extras.training._engine._trainer_position import TrainerPosition
 from pytorch_pfn_extras.training._extension import PRIORITY_WRITER, ExtensionLike
 from pytorch_pfn_extras.training._manager import ExtensionsManager
 from pytorch_pfn_extras.training._manager_util import ModelsLike, as_dict, check_optimizer
-from pytorch_pfn_extras.training._run_state import RunState
-from pytorch_pfn_extras.training._trainer_position import TrainerPosition
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 
 EvaluatorsLike = (
