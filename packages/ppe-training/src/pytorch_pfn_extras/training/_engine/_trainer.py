@@ -27,20 +27,31 @@ EvaluatorsLike = (
 )
 
 
+class _Validation:
+    """The validation data of the current run: a loader per evaluator, and ``eval_len``."""
+
+    def __init__(self) -> None:
+        self.loaders: dict[str, Any] = {}
+        self.eval_len: int | None = None
+
+
 class _EvaluatorExtension:
     """Runs one of the trainer's evaluators as an extension of its manager."""
 
     priority = PRIORITY_WRITER
     needs_model_state = True
 
-    def __init__(self, trainer: Trainer, name: str, evaluator: Evaluator) -> None:
+    def __init__(
+        self, trainer: Trainer, name: str, evaluator: Evaluator, validation: _Validation
+    ) -> None:
         self._trainer = trainer
         self._name = name
         self._evaluator = evaluator
+        self._validation = validation
 
     def __call__(self, manager: Any) -> None:
-        trainer, evaluator = self._trainer, self._evaluator
-        loader, eval_len = trainer._validation_data(self._name)
+        trainer, evaluator, validation = self._trainer, self._evaluator, self._validation
+        loader, eval_len = validation.loaders[self._name], validation.eval_len
         trainer.handler.train_validation_begin(trainer, evaluator)
         try:
             evaluator.run(loader, eval_len=eval_len)
@@ -170,13 +181,14 @@ class Trainer:
         self._evaluators = _evaluator_entries(evaluator)
         self._profile = profile
         self._position = TrainerPosition()
+        self._validation = _Validation()
         self._manager = _TrainerManager(self._position, self._models, **kwargs)
         for name, (evaluator_object, trigger) in self._evaluators.items():
             self._manager.extend(
-                _EvaluatorExtension(self, name, evaluator_object), name=name, trigger=trigger
+                _EvaluatorExtension(self, name, evaluator_object, self._validation),
+                name=name,
+                trigger=trigger,
             )
-        self._val_loaders: dict[str, Any] = {}
-        self._eval_len: int | None = None
         self._batch: Any = None
         self._completed = False
 
@@ -278,9 +290,6 @@ class Trainer:
 
     # ------------------------------------------------------------------ running
 
-    def _validation_data(self, name: str) -> tuple[Any, int | None]:
-        return self._val_loaders[name], self._eval_len
-
     def _check_loaders(self, val_loader: Any) -> None:
         if not self._evaluators:
             if val_loader is not None:
@@ -303,9 +312,9 @@ class Trainer:
                     f"missing {missing}, unknown {unknown}"
                 )
                 raise ValueError(message)
-            self._val_loaders = dict(val_loader)
+            self._validation.loaders = dict(val_loader)
         else:
-            self._val_loaders = dict.fromkeys(names, val_loader)
+            self._validation.loaders = dict.fromkeys(names, val_loader)
 
     def run(
         self,
@@ -343,7 +352,7 @@ class Trainer:
         manager = self._manager
         manager.run_state.begin(length)
         self._check_loaders(val_loader)
-        self._eval_len = eval_len
+        self._validation.eval_len = eval_len
         self._position.loader = train_loader
         self.handler.train_setup(self, train_loader)
         with _profiling(self._profile):
