@@ -68,7 +68,7 @@ run_one() {
   local parallel=()
   if [ "$workers" -gt 1 ]; then parallel=(-n "$workers"); fi
   (cd "$venv" && "$ROOT/$venv/bin/python" -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" \
-      -p no:cacheprovider -q "${parallel[@]}" "$ROOT/packages/$comp/tests")
+      -p no:cacheprovider -q "${parallel[@]}" "$ROOT/packages/$comp/tests") || return
   # A passed environment goes (about 500 MB each with torch's compiled bytecode: the index
   # scenarios that follow need the disk); a failed one stays for a look. ISOLATED_KEEP=1 keeps it.
   if [ -z "${ISOLATED_KEEP:-}" ]; then rm -rf "$venv"; fi

@@ -384,6 +384,8 @@ class PreemptionHandler(Extension):
             command(job_id)
             return True
         argv = [part.format(job_id=job_id) for part in command]
+        # Said before: Slurm may end this process as soon as the job is requeued.
+        logger.warning("PreemptionHandler: requeueing the job with %s", argv)
         try:
             done = subprocess.run(
                 argv, capture_output=True, text=True, timeout=_REQUEUE_TIMEOUT, check=False
@@ -399,7 +401,7 @@ class PreemptionHandler(Extension):
                 (done.stderr or done.stdout).strip(),
             )
             return False
-        logger.warning("PreemptionHandler: requeued the job with %s", argv)
+        logger.info("PreemptionHandler: requeued the job with %s", argv)
         return True
 
 
