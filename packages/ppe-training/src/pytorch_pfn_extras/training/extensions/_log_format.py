@@ -152,7 +152,9 @@ def _records(data: bytes, fmt: str) -> list[tuple[int, bytes]]:
 def _parse_record(record: bytes, fmt: str) -> Any:
     if fmt == "json-lines":
         return json.loads(record)
-    loaded = _import_yaml().safe_load(record)
+    yaml = _import_yaml()
+    # libyaml's parser where PyYAML has it: the same values, about 10 times faster to read.
+    loaded = yaml.load(record, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return loaded[0] if isinstance(loaded, list) and loaded else None
 
 
