@@ -63,8 +63,8 @@ run_one() {
     fi
   fi
   # Run from a scratch directory so that nothing from the checkout's src/ is importable; the
-  # root pyproject.toml still configures pytest via -c. The two long ones use both cores
-  # (workspace.toml's `workers`) while the short ones run beside them.
+  # root pyproject.toml still configures pytest via -c. The two long ones run with several
+  # workers (workspace.toml's `workers`) while the short ones run beside them.
   local parallel=()
   if [ "$workers" -gt 1 ]; then parallel=(-n "$workers"); fi
   (cd "$venv" && "$ROOT/$venv/bin/python" -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" \
