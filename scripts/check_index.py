@@ -35,6 +35,7 @@ Each scenario prints what it checked and its time; a failed check stops with exi
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import email.parser
 import os
 import pathlib
@@ -482,6 +483,26 @@ def timed(name: str, action: Callable[[], T]) -> T:
     return result
 
 
+def timed_together(steps: list[tuple[str, Callable[[], str]]]) -> None:
+    """Run independent scenarios two at a time (each in environments of its own; pip and uv
+    wait on the disk and the index as much as on a core), and report them in order.
+
+    Raises:
+        CheckFailed: The first failure in order, once every scenario has ended.
+    """
+
+    def run(action: Callable[[], str]) -> tuple[str, float]:
+        start = time.monotonic()
+        return action(), time.monotonic() - start
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [(name, pool.submit(run, action)) for name, action in steps]
+        for name, future in futures:
+            say(f"-- {name}")
+            result, seconds = future.result()  # a CheckFailed propagates after the others end
+            say(f"   ok in {seconds:.1f} s: {result}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -510,12 +531,23 @@ def main() -> int:
             newer = sorted((index.work / "releases").iterdir())
             wheels = ", ".join(f.name for f in newer if f.suffix == ".whl")
             timed(f"twine upload of the scratch releases ({wheels})", lambda: index.upload(newer))
-            timed(
-                "3. pinning ppe-training with ppe-core", lambda: scenario_pinning(index, released)
+            timed_together(
+                [
+                    (
+                        "3. pinning ppe-training with ppe-core",
+                        lambda: scenario_pinning(index, released),
+                    ),
+                    ("5. upgrading PPE 0.9 in place", lambda: scenario_ppe09(index)),
+                    (
+                        "4. pip install -U ppe-dataset",
+                        lambda: scenario_upgrade_one(index, released),
+                    ),
+                    (
+                        "6. lowest supported versions (uv lowest-direct)",
+                        lambda: scenario_lowest(index),
+                    ),
+                ]
             )
-            timed("4. pip install -U ppe-dataset", lambda: scenario_upgrade_one(index, released))
-            timed("5. upgrading PPE 0.9 in place", lambda: scenario_ppe09(index))
-            timed("6. lowest supported versions (uv lowest-direct)", lambda: scenario_lowest(index))
     except CheckFailed as failure:
         say(f"FAILED: {failure}")
         return 1
