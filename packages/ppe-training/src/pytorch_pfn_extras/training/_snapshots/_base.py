@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension
 from pytorch_pfn_extras.training._trigger_util import TriggerLike
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
+    from pytorch_pfn_extras.training._snapshots._comm import Comm
+    from pytorch_pfn_extras.writing import Writer
 
 Filename = str | Callable[["ExtensionsManagerProtocol"], str]
 
@@ -25,6 +27,30 @@ class SnapshotExtension(Extension):
     priority = PRIORITY_SNAPSHOT
     needs_model_state = True
     ran_at = -1
+
+    def __init__(
+        self,
+        target: Any,
+        filename: Filename,
+        *,
+        condition: Callable[[], bool] | None,
+        writer: Writer | None,
+        n_retains: int,
+        autoload: bool,
+        saver_rank: int | None,
+    ) -> None:
+        """Keep the options every mode has (``snapshot()`` checked them)."""
+        self._target = target
+        self._filename = filename
+        self._condition = condition
+        self._writer = writer
+        self._n_retains = n_retains
+        self.autoload = autoload
+        self.loads_state = autoload
+        self._saver_rank = saver_rank
+        self._comm: Comm | None = None  # the ranks of the run, where several take part
+        self._out = ""
+        self.resumed_from: str | None = None
 
     def wait_for_writes(self, manager: ExtensionsManagerProtocol) -> None:
         """Wait until the snapshots written so far are complete (committed).

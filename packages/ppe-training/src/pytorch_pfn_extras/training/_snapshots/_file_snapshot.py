@@ -24,7 +24,6 @@ from pytorch_pfn_extras.training._writer_util import (
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
-    from pytorch_pfn_extras.training._snapshots._comm import Comm
     from pytorch_pfn_extras.writing import Writer
 
 
@@ -77,23 +76,21 @@ class _Snapshot(SnapshotExtension):
         if autoload or n_retains > 0:
             assert isinstance(filename, str)
             self._files = SnapshotFiles(filename)
-        self._target = target
-        self._filename = filename
+        super().__init__(
+            target,
+            filename,
+            condition=condition,
+            writer=writer,
+            n_retains=n_retains,
+            autoload=autoload,
+            saver_rank=saver_rank,
+        )
         self._mode = mode
-        self._condition = condition
-        self._writer = writer
         self._snapshot_on_error = snapshot_on_error
-        self._n_retains = n_retains
-        self.autoload = autoload
-        self.loads_state = autoload
-        self._saver_rank = saver_rank
         self._default_name = default_name
-        self._is_saver = True
-        self._comm: Comm | None = None  # DISTRIBUTED: the ranks that wait for the saver
+        self._is_saver = True  # DISTRIBUTED: the other ranks wait for the saver (self._comm)
         self._hooked: Writer | None = None
         self._bad_files: set[str] = set()
-        self._out = ""
-        self.resumed_from: str | None = None
 
     @property
     def default_name(self) -> str:

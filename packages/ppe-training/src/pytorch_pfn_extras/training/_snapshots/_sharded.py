@@ -80,22 +80,20 @@ class _ShardedSnapshot(SnapshotExtension):
         self._dirs: SnapshotDirs | None = None
         if isinstance(filename, str):
             self._dirs = SnapshotDirs(filename)
-        self._target = target
-        self._filename = filename
-        self._condition = condition
-        self._writer = writer
-        self._n_retains = n_retains
-        self.autoload = autoload
-        self.loads_state = autoload
-        self._saver_rank = saver_rank
+        super().__init__(
+            target,
+            filename,
+            condition=condition,
+            writer=writer,
+            n_retains=n_retains,
+            autoload=autoload,
+            saver_rank=saver_rank,
+        )
         self._async = async_save
-        self._comm: Comm | None = None
         self._storage = Storage()
-        self._out = ""
         self._pending: _Pending | None = None
         self._stager: Any = None  # the CPU copy of the state of asynchronous saves
         self._fences: list[Any] = []  # the optimizers' hooks that wait for the copy
-        self.resumed_from: str | None = None
 
     @property
     def default_name(self) -> str:
