@@ -11,7 +11,7 @@ export MPLBACKEND=Agg NO_MKDOCS_2_WARNING=1
 # hatch's build environments and uv's cache live in the scratch folder: nothing is cached outside
 export HATCH_DATA_DIR="$SCRATCH/hatch" HATCH_CACHE_DIR="$SCRATCH/hatch-cache" UV_CACHE_DIR="$SCRATCH/uv-cache"
 
-step() {
+step() {  # step NAME COMMAND...: runs it, its output as it comes
   local name=$1; shift
   local t0=$SECONDS
   echo "== $name"
@@ -19,19 +19,52 @@ step() {
   echo "== $name: done in $((SECONDS - t0)) s"
 }
 
+# Steps that wait more than they compute (the index scenarios wait on pip, the cross-component
+# tests on torchrun's agents) run side by side: `beside NAME COMMAND...` starts one, its output
+# kept in a log; `together` waits for all of them and prints each step whole, in the order they
+# were started. A failed one fails the check once the others have ended.
+BESIDE=()
+beside() {
+  local name=$1 n=${#BESIDE[@]}; shift
+  BESIDE+=("$name")
+  ( t0=$SECONDS; status=0; "$@" >"$SCRATCH/beside-$n.log" 2>&1 || status=$?
+    echo "$((SECONDS - t0)) $status" >"$SCRATCH/beside-$n.end" ) &
+}
+together() {
+  wait
+  local n failed=0 seconds status
+  for n in "${!BESIDE[@]}"; do
+    # no end file: the step's shell was killed
+    read -r seconds status <"$SCRATCH/beside-$n.end" 2>/dev/null || { seconds=?; status=1; }
+    echo "== ${BESIDE[n]}"
+    cat "$SCRATCH/beside-$n.log"
+    if [ "$status" -ne 0 ]; then
+      echo "== ${BESIDE[n]}: FAILED (exit status $status) after $seconds s"
+      failed=1
+    else
+      echo "== ${BESIDE[n]}: done in $seconds s"
+    fi
+  done
+  BESIDE=()
+  rm -f "$SCRATCH"/beside-*
+  return $failed
+}
+
 step "ruff" bash -c "$V/ruff check . && $V/ruff format --check ."
-step "mypy (strict, every src/)" "$V/mypy"
-step "wheels and sdists: build (hatch), contents, sdist = wheel, metadata (twine check)" "$V/python" scripts/check_wheels.py --out "$SCRATCH/dist"
+beside "mypy (strict, every src/)" "$V/mypy"
+beside "wheels and sdists: build (hatch), contents, sdist = wheel, metadata (twine check)" \
+  "$V/python" scripts/check_wheels.py --out "$SCRATCH/dist"
+together
 # Each test runs once: every component's tests in its own environment (isolated.sh), then the
 # cross-component tests of tests/ through the meta-package, with ppe-config's optuna tests (its
 # own environment stays without optuna, which needs numpy).
 step "each component alone in a fresh environment, with all its tests" bash scripts/isolated.sh "$SCRATCH/dist"
 rm -rf "$SCRATCH/uv-cache"  # torch unpacked; the index scenarios keep a cache of their own
-step "package index: install, pin, upgrade, PPE 0.9, lowest versions" \
+beside "package index: install, pin, upgrade, PPE 0.9, lowest versions" \
   "$V/python" scripts/check_index.py --dist "$SCRATCH/dist" --work "$SCRATCH/index"
-rm -rf "$SCRATCH/index"  # its environments, wheels and caches: the disk is for the next steps
-step "cross-component tests through the meta-package" "$V/python" -m pytest -n 2 -q -p no:cacheprovider \
+beside "cross-component tests through the meta-package" "$V/python" -m pytest -n 2 -q -p no:cacheprovider \
   tests packages/ppe-config/tests/test_optuna.py
-step "main job" "$V/python" examples/train_digits.py --out "$SCRATCH/result"
-step "docs (mkdocs --strict)" "$V/mkdocs" build --strict --quiet --site-dir "$SCRATCH/site"
+beside "main job" "$V/python" examples/train_digits.py --out "$SCRATCH/result"
+beside "docs (mkdocs --strict)" "$V/mkdocs" build --strict --quiet --site-dir "$SCRATCH/site"
+together
 echo "== all checks passed in $SECONDS s"

@@ -16,6 +16,12 @@ ROOT=$(pwd)
 # extras its tests use; torch; the test tools; the S3 server and mpi4py where its tests use
 # them) is written once, in workspace.toml; scripts/workspace.py reads it.
 workspace() { "$PY" "$ROOT/scripts/workspace.py" "$@"; }
+# The environments' modules are compiled when the tests first import them, their .pyc written
+# there for the next process: compiling every module at install (uv's --compile-bytecode, pip's
+# default) costs 155 s of CPU for the six environments (all of torch, onnxruntime, botocore...),
+# of which the tests import a fraction. Where PYTHONDONTWRITEBYTECODE is set, nothing would be
+# written and every process the tests start would compile torch again (6 s an import).
+unset PYTHONDONTWRITEBYTECODE
 COMPONENTS=("$@")
 # workspace.toml's order: the longest first (two run at a time)
 if [ ${#COMPONENTS[@]} -eq 0 ]; then names=$(workspace names); mapfile -t COMPONENTS <<<"$names"; fi
@@ -35,9 +41,8 @@ make_env() {  # make_env VENV REQUIREMENT...: a fresh environment with the requi
   rm -rf "$venv"
   if [ ${#UV[@]} -gt 0 ]; then
     "${UV[@]}" venv -q --python "$PY" "$venv"
-    # --compile-bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set, nothing compiles
-    # later, and every process the tests start would compile torch again (6 s an import)
-    "${UV[@]}" pip install -q --compile-bytecode --python "$venv/bin/python" "${UV_SOURCES[@]}" "$@"
+    # Without --compile-bytecode: each module is compiled at its first import (see below)
+    "${UV[@]}" pip install -q --python "$venv/bin/python" "${UV_SOURCES[@]}" "$@"
     "${UV[@]}" pip check -q --python "$venv/bin/python"
   else
     "$PY" -m venv "$venv"
