@@ -73,14 +73,17 @@ def _torchrun(
     env: Mapping[str, str] | None = None,
     timeout: float = 240,
     rerun_from: Path | None = None,
+    rerun_if: Callable[[subprocess.CompletedProcess[str]], bool] = aborted_at_exit,
+    before_each: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``script`` under ``python -m torch.distributed.run`` with ``nproc`` local processes.
 
     ``launcher`` holds torchrun's own options besides ``--nproc-per-node``; the processes
     get one intra-op thread each and warnings off (``env`` adds to or overrides that).
     The result is returned unchecked, output captured. With ``rerun_from`` (the folder the
-    run writes), a run that failed by DDP's abort at exit alone (`aborted_at_exit`), and only
-    such a run, is run again from a copy of that folder as it was before (up to 3 runs).
+    run writes), a run that failed by DDP's abort at exit alone (``rerun_if``, by default
+    `aborted_at_exit`), and only such a run, is run again from a copy of that folder as it was
+    before (up to 3 runs; the last one is returned). ``before_each`` is called before each run.
     """
     command = [
         sys.executable,
@@ -99,10 +102,12 @@ def _torchrun(
         if rerun_from.exists():
             shutil.copytree(rerun_from, before)
     for _ in range(3):
+        if before_each is not None:
+            before_each()
         process = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, env=environment, check=False
         )
-        if before is None or rerun_from is None or not aborted_at_exit(process):
+        if before is None or rerun_from is None or not rerun_if(process):
             break
         shutil.rmtree(rerun_from, ignore_errors=True)
         if before.exists():
@@ -113,8 +118,9 @@ def _torchrun(
 @pytest.fixture(scope="session")
 def torchrun() -> Callable[..., subprocess.CompletedProcess[str]]:
     """``torchrun(nproc, script, *args, launcher=("--standalone",), env=None, timeout=240,
-    rerun_from=None)``: the script on ``nproc`` local processes, its completed process
-    returned unchecked (run again, from ``rerun_from`` as it was, after DDP's abort at exit)."""
+    rerun_from=None, rerun_if=aborted_at_exit, before_each=None)``: the script on ``nproc``
+    local processes, its completed process returned unchecked (run again, from ``rerun_from``
+    as it was, after DDP's abort at exit)."""
     return _torchrun
 
 

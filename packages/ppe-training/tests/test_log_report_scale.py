@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import os
 import random
-import select
 import signal
-import subprocess
-import sys
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -102,15 +102,20 @@ def test_a_write_costs_one_entry_whatever_the_length_of_the_log(
     assert path.read_bytes().startswith(marked[:-2])  # "\n]" of json is overwritten
 
 
-# The child runs in a fresh interpreter: a fork of a pytest-xdist worker can inherit a lock
-# (an import's, a stream's) held by another thread and hang before its first write.
+# The children are forked by multiprocessing's fork server, a single-threaded process that has
+# imported what they use once: a plain fork of a pytest-xdist worker can inherit a lock (an
+# import's, a stream's) held by another thread and hang before its first write, and a fresh
+# interpreter per child would import torch each time (2 s of CPU, for 30 children). A child
+# tells each completed iteration through its end of a pipe.
+_FORKSERVER = multiprocessing.get_context("forkserver")
+_FORKSERVER.set_forkserver_preload(
+    ["pytorch_pfn_extras.reporting", "pytorch_pfn_extras.training.extensions"]
+)
 _CHILD = """
-import sys
 from pytorch_pfn_extras import reporting
 from pytorch_pfn_extras.training import ExtensionsManager
 from pytorch_pfn_extras.training.extensions import LogReport
 
-out, filename, append = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 log_report = LogReport(filename=filename, append=append, trigger=(1, "iteration"))
 manager = ExtensionsManager({}, {}, 10**6, iters_per_epoch=7, out_dir=out)
 manager.extend(log_report)
@@ -118,9 +123,19 @@ while True:
     with manager.run_iteration():  # entries of several KiB: writes span pages and can tear
         i = manager.iteration + 1
         reporting.report({f"value{j}": float(i * (j + 1) % 11) for j in range(150)})
-    sys.stdout.write(f"{manager.iteration}\\n")
-    sys.stdout.flush()
+    done.send(manager.iteration)
 """
+
+
+def _start_child(out: Path, filename: str, append: bool) -> tuple[Any, Connection]:
+    """A child running LogReport at every iteration until killed, and the pipe end that
+    receives each iteration it completed."""
+    receiver, sender = _FORKSERVER.Pipe(duplex=False)
+    names = {"out": str(out), "filename": filename, "append": append, "done": sender}
+    child = _FORKSERVER.Process(target=exec, args=(_CHILD, names), daemon=True)
+    child.start()
+    sender.close()  # the child holds the only writing end: its death ends the pipe
+    return child, receiver
 
 
 @pytest.mark.slow
@@ -133,20 +148,17 @@ def test_sigkill_at_random_points_keeps_every_completed_entry(
     before: list[Any] = []
     torn = 0
     for _ in range(KILLS):
-        child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(tmp_path), filename, "1" if append else "0"],
-            stdout=subprocess.PIPE,
-        )
-        assert child.stdout is not None
-        ready, _, _ = select.select([child.stdout], [], [], 120)
-        assert ready, "the child wrote no entry within 120 s"
-        first = child.stdout.readline()  # the first entry is written: kill it at a random point
+        child, receiver = _start_child(tmp_path, filename, append)
+        assert receiver.poll(120), "the child wrote no entry within 120 s"
+        done = [receiver.recv()]  # the first entry is written: kill it at a random point
         time.sleep(rng.uniform(0.02, 0.3))
-        child.send_signal(signal.SIGKILL)
-        rest = child.stdout.read()
-        child.stdout.close()
-        child.wait()
-        done = [int(line) for line in (first + rest).split(b"\n")[:-1]]
+        child.kill()
+        child.join()
+        assert child.exitcode == -signal.SIGKILL
+        with contextlib.suppress(EOFError):
+            while True:
+                done.append(receiver.recv())
+        receiver.close()
         last = done[-1]
         if not path.exists():
             continue

@@ -63,45 +63,45 @@ class Job:
     def run(self, *args: str) -> tuple[subprocess.CompletedProcess[str], list[int]]:
         """Run the job; return torchrun's process and each worker's exit code. A run that
         ended with the DDP abort at exit is run again from the same files."""
-        before = self.out.with_name(self.out.name + ".before")
-        shutil.rmtree(before, ignore_errors=True)
-        if self.out.exists():
-            shutil.copytree(self.out, before)
-        for _ in range(3):
-            records = self.out.with_name(self.out.name + ".exits")
+        records = self.out.with_name(self.out.name + ".exits")
+
+        def fresh_records() -> None:
             shutil.rmtree(records, ignore_errors=True)
             records.mkdir()
-            process = self._torchrun(
-                2,
-                sys.executable,  # with --no-python: the program each worker runs
-                str(WRAPPER),
-                str(records),
-                sys.executable,
-                str(SCRIPT),
-                str(self.out),
-                "--model",
-                self.model,
-                *self.options,
-                "--preempt",
-                *args,
-                launcher=["--standalone", "--max-restarts", "0", "--no-python"],
-                timeout=TIMEOUT,
-            )
-            exits = [_exit_code(records / f"exit_{rank}", process) for rank in (0, 1)]
-            texts = [(records / f"exit_{rank}").read_text() for rank in (0, 1)]
+
+        def aborted_at_exit(process: subprocess.CompletedProcess[str]) -> bool:
             # A rank aborted so; the agent then stopped the other one (SIGTERM, after the
             # handlers were restored), if it had not ended yet.
-            if any(ABORT_AT_EXIT in text for text in texts) and set(exits) <= {
+            exits = [_exit_code(records / f"exit_{rank}", process) for rank in (0, 1)]
+            texts = [(records / f"exit_{rank}").read_text() for rank in (0, 1)]
+            return any(ABORT_AT_EXIT in text for text in texts) and set(exits) <= {
                 0,
                 -signal.SIGABRT,
                 -signal.SIGTERM,
-            }:
-                shutil.rmtree(self.out)
-                if before.exists():
-                    shutil.copytree(before, self.out)
-                continue
-            return process, exits
-        pytest.fail(f"the DDP abort at exit three times in a row:\n{process.stderr[-4000:]}")
+            }
+
+        process = self._torchrun(
+            2,
+            sys.executable,  # with --no-python: the program each worker runs
+            str(WRAPPER),
+            str(records),
+            sys.executable,
+            str(SCRIPT),
+            str(self.out),
+            "--model",
+            self.model,
+            *self.options,
+            "--preempt",
+            *args,
+            launcher=["--standalone", "--max-restarts", "0", "--no-python"],
+            timeout=TIMEOUT,
+            rerun_from=self.out,
+            rerun_if=aborted_at_exit,
+            before_each=fresh_records,
+        )
+        if aborted_at_exit(process):
+            pytest.fail(f"the DDP abort at exit three times in a row:\n{process.stderr[-4000:]}")
+        return process, [_exit_code(records / f"exit_{rank}", process) for rank in (0, 1)]
 
 
 def _exit_code(record: Path, process: subprocess.CompletedProcess[str]) -> int:
