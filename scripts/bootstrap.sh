@@ -23,19 +23,24 @@ echo "== creating $VENV ($TORCH, all components editable)"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 # pip installs uv (requirements-dev.txt's pin), which installs the rest: it links torch from its
-# cache instead of unpacking it (--compile-bytecode as pip does: PYTHONDONTWRITEBYTECODE may be
-# set, and then nothing would compile later). Where uv cannot be installed, pip does it all.
+# cache instead of unpacking it. Where uv cannot be installed, pip does it all (and compiles all).
+# torch is compiled at install (`compiled`): where PYTHONDONTWRITEBYTECODE is set, nothing would
+# compile it later, and every process importing torch would compile it again (6 s an import
+# instead of 2). The rest compiles at first import: compiling every module of the environment
+# costs 45 s of CPU, of which a run imports a fraction, and check.sh lets Python write the
+# .pyc files it compiles.
 install() { pip install "$@"; }
+compiled() { pip install "$@"; }
 if pip install "$(grep -E '^uv==' requirements-dev.txt)"; then
   # shellcheck source=uv_sources.sh
   source scripts/uv_sources.sh
   uv_sources "$VENV/bin/python"
   install() {
-    "$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" \
-      "${UV_SOURCES[@]}" "$@"
+    "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" "${UV_SOURCES[@]}" "$@"
   }
+  compiled() { install --compile-bytecode "$@"; }
 fi
-install "$TORCH"
+compiled "$TORCH"
 install -r requirements-dev.txt "${TEST_TOOLS[@]}"
 install "${EDITABLES[@]}" -e ".[all]" "$TORCH"
 echo "$stamp_src" > "$VENV/.stamp"

@@ -8,6 +8,9 @@ V=.venv/bin
 SCRATCH=$(mktemp -d)
 trap 'rm -rf "$SCRATCH"' EXIT
 export MPLBACKEND=Agg NO_MKDOCS_2_WARNING=1
+# The environments compile their modules at first import (bootstrap.sh compiles only torch at
+# install, isolated.sh nothing): Python writes the .pyc files for the next process.
+unset PYTHONDONTWRITEBYTECODE
 # hatch's build environments and uv's cache live in the scratch folder: nothing is cached outside
 export HATCH_DATA_DIR="$SCRATCH/hatch" HATCH_CACHE_DIR="$SCRATCH/hatch-cache" UV_CACHE_DIR="$SCRATCH/uv-cache"
 
