@@ -22,10 +22,10 @@ step() {  # step NAME COMMAND...: runs it, its output as it comes
   echo "== $name: done in $((SECONDS - t0)) s"
 }
 
-# Steps that wait more than they compute (the index scenarios wait on pip, the cross-component
-# tests on torchrun's agents) run side by side: `beside NAME COMMAND...` starts one, its output
-# kept in a log; `together` waits for all of them and prints each step whole, in the order they
-# were started. A failed one fails the check once the others have ended.
+# Steps that leave a core idle part of the time (mypy uses one; the index scenarios wait on pip,
+# the cross-component tests on torchrun's agents) run side by side: `beside NAME COMMAND...`
+# starts one, its output kept in a log; `together` waits for all of them and prints each step
+# whole, in the order they were started. A failed one fails the check once the others have ended.
 BESIDE=()
 beside() {
   local name=$1 n=${#BESIDE[@]}; shift
@@ -54,14 +54,16 @@ together() {
 }
 
 step "ruff" bash -c "$V/ruff check . && $V/ruff format --check ."
+# mypy (one core, 25 s) runs beside the wheel build and the first minute of the isolated tests
 beside "mypy (strict, every src/)" "$V/mypy"
-beside "wheels and sdists: build (hatch), contents, sdist = wheel, metadata (twine check)" \
+step "wheels and sdists: build (hatch), contents, sdist = wheel, metadata (twine check)" \
   "$V/python" scripts/check_wheels.py --out "$SCRATCH/dist"
-together
 # Each test runs once: every component's tests in its own environment (isolated.sh), then the
 # cross-component tests of tests/ through the meta-package, with ppe-config's optuna tests (its
 # own environment stays without optuna, which needs numpy).
-step "each component alone in a fresh environment, with all its tests" bash scripts/isolated.sh "$SCRATCH/dist"
+beside "each component alone in a fresh environment, with all its tests" \
+  bash scripts/isolated.sh "$SCRATCH/dist"
+together
 rm -rf "$SCRATCH/uv-cache"  # torch unpacked; the index scenarios keep a cache of their own
 beside "package index: install, pin, upgrade, PPE 0.9, lowest versions" \
   "$V/python" scripts/check_index.py --dist "$SCRATCH/dist" --work "$SCRATCH/index"
