@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,19 @@ if TYPE_CHECKING:
 Filename = str | Callable[["ExtensionsManagerProtocol"], str]
 
 
+@dataclasses.dataclass(frozen=True)
+class SnapshotOptions:
+    """The options every snapshot mode has, as ``snapshot()`` was given them."""
+
+    target: Any
+    filename: Filename
+    condition: Callable[[], bool] | None
+    writer: Writer | None
+    n_retains: int
+    autoload: bool
+    saver_rank: int | None
+
+
 class SnapshotExtension(Extension):
     """What every snapshot extension offers the code that forces one to run (preemption).
 
@@ -28,26 +42,16 @@ class SnapshotExtension(Extension):
     needs_model_state = True
     ran_at = -1
 
-    def __init__(
-        self,
-        target: Any,
-        filename: Filename,
-        *,
-        condition: Callable[[], bool] | None,
-        writer: Writer | None,
-        n_retains: int,
-        autoload: bool,
-        saver_rank: int | None,
-    ) -> None:
+    def __init__(self, options: SnapshotOptions) -> None:
         """Keep the options every mode has (``snapshot()`` checked them)."""
-        self._target = target
-        self._filename = filename
-        self._condition = condition
-        self._writer = writer
-        self._n_retains = n_retains
-        self.autoload = autoload
-        self.loads_state = autoload
-        self._saver_rank = saver_rank
+        self._target = options.target
+        self._filename = options.filename
+        self._condition = options.condition
+        self._writer = options.writer
+        self._n_retains = options.n_retains
+        self.autoload = options.autoload
+        self.loads_state = options.autoload
+        self._saver_rank = options.saver_rank
         self._comm: Comm | None = None  # the ranks of the run, where several take part
         self._out = ""
         self.resumed_from: str | None = None

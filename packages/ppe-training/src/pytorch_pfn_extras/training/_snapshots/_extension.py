@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.training._extension import Extension, check_keywords
-from pytorch_pfn_extras.training._snapshots._base import Filename
+from pytorch_pfn_extras.training._snapshots._base import Filename, SnapshotOptions
 from pytorch_pfn_extras.training._snapshots._file_snapshot import _check_options, _Snapshot
 from pytorch_pfn_extras.training._snapshots._mode import SnapshotMode
 from pytorch_pfn_extras.training._writer_util import check_writer
@@ -193,17 +194,14 @@ def _make(
         raise ValueError(message)
     if isinstance(target, Mapping) and not callable(getattr(target, "state_dict", None)):
         target = _StateObjects(target)
+    options = SnapshotOptions(target, filename, condition, writer, n_retains, autoload, saver_rank)
     if snapshot_mode is not SnapshotMode.SHARDED:
+        options = dataclasses.replace(options, writer=_writer_for(savefun, writer))
+        _check_options(options)
         return _Snapshot(
-            target,
-            filename,
+            options,
             mode=snapshot_mode,
-            condition=condition,
-            writer=_writer_for(savefun, writer),
             snapshot_on_error=snapshot_on_error,
-            n_retains=n_retains,
-            autoload=autoload,
-            saver_rank=saver_rank,
             default_name="_Snapshot",
         )
     if savefun is not None:
@@ -222,19 +220,10 @@ def _make(
             "a failed run may not have"
         )
         raise ValueError(message)
-    _check_options(filename, condition, n_retains, autoload, saver_rank)
+    _check_options(options)
     from pytorch_pfn_extras.training._snapshots._sharded import _ShardedSnapshot
 
-    return _ShardedSnapshot(
-        target,
-        filename,
-        condition=condition,
-        writer=writer,
-        n_retains=n_retains,
-        autoload=autoload,
-        saver_rank=saver_rank,
-        async_save=async_save,
-    )
+    return _ShardedSnapshot(options, async_save=async_save)
 
 
 _OBJECT_KWARGS = (

@@ -6,11 +6,10 @@ import functools
 import os
 import types
 import warnings
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.interop import is_int
-from pytorch_pfn_extras.training._snapshots._base import Filename, SnapshotExtension
+from pytorch_pfn_extras.training._snapshots._base import SnapshotExtension, SnapshotOptions
 from pytorch_pfn_extras.training._snapshots._files import SnapshotFiles
 from pytorch_pfn_extras.training._snapshots._layout import describe, inspect
 from pytorch_pfn_extras.training._snapshots._load import is_disallowed_global, load_file
@@ -27,10 +26,10 @@ if TYPE_CHECKING:
     from pytorch_pfn_extras.writing import Writer
 
 
-def _check_options(
-    filename: Any, condition: Any, n_retains: Any, autoload: bool, saver_rank: Any
-) -> None:
+def _check_options(options: SnapshotOptions) -> None:
     """Check the options every snapshot mode shares."""
+    filename, condition, n_retains = options.filename, options.condition, options.n_retains
+    autoload, saver_rank = options.autoload, options.saver_rank
     if not isinstance(filename, str) and not callable(filename):
         message = f"snapshot filename must be a str or a callable, got {filename!r}"
         raise TypeError(message)
@@ -59,32 +58,17 @@ class _Snapshot(SnapshotExtension):
 
     def __init__(
         self,
-        target: Any,
-        filename: Filename,
+        options: SnapshotOptions,
         *,
         mode: SnapshotMode,
-        condition: Callable[[], bool] | None,
-        writer: Writer | None,
         snapshot_on_error: bool,
-        n_retains: int,
-        autoload: bool,
-        saver_rank: int | None,
         default_name: str,
     ) -> None:
-        _check_options(filename, condition, n_retains, autoload, saver_rank)
         self._files: SnapshotFiles | None = None
-        if autoload or n_retains > 0:
-            assert isinstance(filename, str)
-            self._files = SnapshotFiles(filename)
-        super().__init__(
-            target,
-            filename,
-            condition=condition,
-            writer=writer,
-            n_retains=n_retains,
-            autoload=autoload,
-            saver_rank=saver_rank,
-        )
+        if options.autoload or options.n_retains > 0:
+            assert isinstance(options.filename, str)
+            self._files = SnapshotFiles(options.filename)
+        super().__init__(options)
         self._mode = mode
         self._snapshot_on_error = snapshot_on_error
         self._default_name = default_name

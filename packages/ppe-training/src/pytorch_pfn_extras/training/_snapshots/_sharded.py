@@ -14,12 +14,11 @@ import os
 import threading
 import types
 import warnings
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytorch_pfn_extras.training._snapshots._base import Filename, SnapshotExtension
+from pytorch_pfn_extras.training._snapshots._base import SnapshotExtension, SnapshotOptions
 from pytorch_pfn_extras.training._snapshots._comm import Comm
 from pytorch_pfn_extras.training._snapshots._layout import (
     Found,
@@ -38,7 +37,6 @@ from pytorch_pfn_extras.training._writer_util import check_writer
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
     from pytorch_pfn_extras.training._snapshots._dcp import Group
-    from pytorch_pfn_extras.writing import Writer
 
 _WHAT = "snapshot(snapshot_mode=SnapshotMode.SHARDED)"
 
@@ -65,30 +63,11 @@ class _Choice:
 class _ShardedSnapshot(SnapshotExtension):
     """The extension returned by ``snapshot(snapshot_mode=SnapshotMode.SHARDED)``."""
 
-    def __init__(
-        self,
-        target: Any,
-        filename: Filename,
-        *,
-        condition: Callable[[], bool] | None,
-        writer: Writer | None,
-        n_retains: int,
-        autoload: bool,
-        saver_rank: int | None,
-        async_save: bool,
-    ) -> None:
+    def __init__(self, options: SnapshotOptions, *, async_save: bool) -> None:
         self._dirs: SnapshotDirs | None = None
-        if isinstance(filename, str):
-            self._dirs = SnapshotDirs(filename)
-        super().__init__(
-            target,
-            filename,
-            condition=condition,
-            writer=writer,
-            n_retains=n_retains,
-            autoload=autoload,
-            saver_rank=saver_rank,
-        )
+        if isinstance(options.filename, str):
+            self._dirs = SnapshotDirs(options.filename)
+        super().__init__(options)
         self._async = async_save
         self._storage = Storage()
         self._pending: _Pending | None = None
