@@ -41,7 +41,7 @@ make_env() {  # make_env VENV REQUIREMENT...: a fresh environment with the requi
   rm -rf "$venv"
   if [ ${#UV[@]} -gt 0 ]; then
     "${UV[@]}" venv -q --python "$PY" "$venv"
-    # Without --compile-bytecode: each module is compiled at its first import (see below)
+    # Without --compile-bytecode: each module is compiled at its first import (see above)
     "${UV[@]}" pip install -q --python "$venv/bin/python" "${UV_SOURCES[@]}" "$@"
     "${UV[@]}" pip check -q --python "$venv/bin/python"
   else
