@@ -155,6 +155,18 @@ def test_stale_temporaries_on_s3_are_removed_live_ones_kept(
         with writer.fs.open(f"{store.out_dir}/{path}", "wb") as f:
             f.write(b"partial")
     writer("snapshot_x", store.out_dir, b"complete")
+    # A writer removes stale temporary files; directories are their owners' (a sharded
+    # snapshot recovers from one first), removed by the cleanup itself.
+    folder = [
+        f"{store.key_prefix}{dead_dir}/model.pt",
+        f"{store.key_prefix}{dead_dir}/sub/optimizer.pt",
+    ]
+    assert s3_server.objects(store.bucket) == sorted(
+        [store.key_prefix + "snapshot_x", store.key_prefix + live, *folder]
+    )
+    assert writing.remove_stale_temporaries(writer.fs, store.out_dir) == [
+        f"{store.out_dir}/{dead_dir}"
+    ]
     assert s3_server.objects(store.bucket) == sorted(
         [store.key_prefix + "snapshot_x", store.key_prefix + live]
     )
@@ -401,6 +413,10 @@ def test_stale_temporary_directories_are_removed_when_the_fs_can(
     dead_file.write_bytes(b"partial")
     writer = writing.SimpleWriter(savefun=write_bytes, fs=fs)
     writer("log", out, b"ok")  # the scan of out must not fail on the folders
+    # A writer removes stale temporary files; directories are their owners' (a sharded
+    # snapshot recovers from one first), removed by the cleanup itself when the fs can.
+    assert set(os.listdir(tmp_path / "out")) == {"log", live.name, dead.name}
+    writing.remove_stale_temporaries(writer.fs, out)
     expected = {"log", live.name} | ({dead.name} if isinstance(fs, PlainFileSystem) else set())
     assert set(os.listdir(tmp_path / "out")) == expected
     assert (tmp_path / "out" / "log").read_bytes() == b"ok"

@@ -58,6 +58,10 @@ class RecordingFileSystem(LocalFileSystem):
         self.events.append(("rename", src, dst))
         super().rename(src, dst)
 
+    def remove(self, path: str) -> None:
+        self.events.append(("remove", path))
+        super().remove(path)
+
     def fsync(self, fileobj: IO[Any]) -> None:
         self.events.append(("fsync", fileobj.name))
         for check in self.on_fsync:
@@ -176,7 +180,9 @@ def test_write_goes_through_synced_hidden_temporary_then_rename(tmp_path: Path) 
     fs.on_fsync.append(at_fsync)
     fs.events.clear()
     writer("log.bin", out_dir, b"new content")
-    (_, tmp, mode), fsync, rename, fsync_dir = fs.events
+    # The temporary's lease exists from before its creation until after its rename.
+    (_, lease, lease_mode), (_, tmp, mode), fsync, rename, removal, fsync_dir = fs.events
+    assert lease == tmp + ".lease-15000" and lease_mode == "wb" and removal == ("remove", lease)
     assert mode == "wb"
     assert os.path.dirname(tmp) == out_dir
     assert os.path.basename(tmp).startswith(".log.bin.tmp-")
@@ -193,8 +199,9 @@ def test_temporary_names_are_unique_and_recognisable(tmp_path: Path) -> None:
     writer = SimpleWriter(savefun=write_bytes, fs=fs)
     for _ in range(20):
         writer("x", str(tmp_path), b"")
-    temporaries = [os.path.basename(e[1]) for e in fs.events if e[0] == "open"]
-    assert len(set(temporaries)) == 20
+    opened = [os.path.basename(e[1]) for e in fs.events if e[0] == "open"]
+    temporaries = [name for name in opened if ".lease-" not in name]
+    assert len(set(temporaries)) == 20 and len(opened) == 40
     for name in temporaries:
         match = TEMP_RE.match(name)
         assert match is not None and match["base"] == "x" and int(match["pid"]) == os.getpid()
@@ -204,6 +211,8 @@ def test_temporary_names_are_unique_and_recognisable(tmp_path: Path) -> None:
     ("name", "expected"),
     [
         (".snapshot_iter_10.tmp-0123abcd-42-deadbeef", True),
+        (".snapshot_iter_10.tmp-0123abcd-42-deadbeef.lease-15000", True),  # its lease
+        (".snapshot_iter_10.tmp-0123abcd-42-deadbeef.lease-0", False),
         ("out/.log.jsonl.tmp-0123abcd-1-00000000", True),
         ("snapshot_iter_10", False),
         (".snapshot_iter_10", False),
@@ -271,12 +280,13 @@ def _dead_pid() -> int:
 
 
 def _leftover(tmp_path: Path, helpers: ModuleType) -> Path:
-    """A real temporary left by a writer process killed mid-write."""
+    """A real temporary left by a writer process killed mid-write (with its lease)."""
     writer = ProcessWriter(savefun=helpers.suicidal_save)
     writer("snap.pt", str(tmp_path), {"v": 1})
     with pytest.raises(RuntimeError, match="killed by signal 9"):
         writer.finalize()
-    (name,) = os.listdir(tmp_path)
+    (name, lease) = sorted(os.listdir(tmp_path))
+    assert lease == name + ".lease-15000" and is_temporary_file(lease)
     assert is_temporary_file(name) and name.startswith(".snap.pt.tmp-")
     assert (tmp_path / name).read_bytes() == b"partial content"
     return tmp_path / name
@@ -304,7 +314,7 @@ def test_initialize_removes_stale_temporaries(tmp_path: Path, helpers: ModuleTyp
     writer = SimpleWriter()
     writer.initialize(str(tmp_path))
     assert writer.out_dir == str(tmp_path)
-    assert not dead.exists()
+    assert not dead.exists() and os.listdir(tmp_path) == []  # its lease went with it
 
 
 def test_garbage_named_like_temporaries_never_breaks_a_write(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """LogReport in long runs: a bounded in-memory log in append mode, the entry count that
-PrintReport follows, fast yaml records, and torn tails cut through any writer."""
+PrintReport follows, fast yaml records, and torn tails set aside through any writer."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_yaml_records_read_back_as_the_entry(values: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("filename", ["log.jsonl", "log.yaml"])
-def test_appending_through_a_users_writer_cuts_a_torn_last_record(
+def test_appending_through_a_users_writer_sets_a_torn_last_record_aside(
     tmp_path: Path, filename: str
 ) -> None:
     path = tmp_path / filename
@@ -136,7 +136,9 @@ def test_appending_through_a_users_writer_cuts_a_torn_last_record(
     log_report = LogReport(
         filename=filename, append=True, trigger=(1, "iteration"), writer=_CopyingWriter()
     )
-    _steps(_manager(tmp_path, log_report), 2)
+    with pytest.warns(UserWarning, match=rf"{filename} .*\(line 4: torn: .*{filename}\.damaged-1"):
+        _steps(_manager(tmp_path, log_report), 2)
+    assert (tmp_path / f"{filename}.damaged-1").read_bytes() == complete[:9]
     data = path.read_bytes()
     assert data.startswith(complete)
     entries = (

@@ -9,11 +9,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.config._customize import default_kwargs_of
+from pytorch_pfn_extras.config._cycles import find_cycle
 from pytorch_pfn_extras.config._errors import (
     CircularReferenceError,
     ConfigError,
     ConfigKeyError,
     ConfigTypeError,
+    ConfigValueError,
     error_like,
 )
 from pytorch_pfn_extras.config._load import load_tree
@@ -105,6 +107,9 @@ class Config:
             not an integer, a ``type`` that does not evaluate to a name.
         CircularReferenceError: (on access; a ``RuntimeError``) references that form a cycle;
             the message shows it, e.g. ``/a -> /b -> /a``.
+        ConfigValueError: (on access; a ``ValueError``) an evaluation that enters a dict or
+            list containing itself (``d["a"] = d``); the message names the key path where the
+            cycle closes.
         ConfigError: (on access) a callable that raised: the error is also an instance of the
             exception's class (``except ValueError:`` catches it) and chains it as
             ``__cause__``.
@@ -158,7 +163,9 @@ class Config:
 
         Raises:
             FileNotFoundError: The file, or a file it imports, does not exist.
-            ConfigValueError: A file is not valid JSON (a ``ValueError``).
+            ConfigValueError: A file is not valid JSON, or its tree contains itself (a YAML
+                alias inside its own anchor, ``a: &x {b: *x}``): the message names the file
+                and the key path where the cycle closes (a ``ValueError``).
             ConfigTypeError: An ``import`` value is not a file name or a list of them, an
                 imported file that must be merged does not hold a mapping, or a key beside the
                 import of a list is not a path that starts with a list index (a ``TypeError``).
@@ -219,10 +226,18 @@ class Config:
             if parsed.attrs:
                 value = self._getattrs(value, parsed.attrs, key, lookup)
         except RecursionError as exc:
-            message = (
+            # Looked for only now: a tree that contains itself away from the accessed paths
+            # works, as it did, and the check costs nothing when the recursion is not hit.
+            cycle = find_cycle(self._config)
+            deeper = (
                 f"evaluating config path {path!r} nests deeper than Python's recursion limit "
-                f"({sys.getrecursionlimit()}): the config has a very long chain of references "
-                "or very deep nesting"
+                f"({sys.getrecursionlimit()})"
+            )
+            if cycle is not None:
+                message = f"{deeper}: {cycle.describe()}"
+                raise ConfigValueError(message, path=format_path(cycle.at)) from None
+            message = (
+                f"{deeper}: the config has a very long chain of references or very deep nesting"
             )
             raise error_like(exc, message, path=path) from exc
         return value

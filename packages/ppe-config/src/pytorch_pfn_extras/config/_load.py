@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from pytorch_pfn_extras.config._cycles import find_cycle
 from pytorch_pfn_extras.config._errors import (
     CircularReferenceError,
     ConfigTypeError,
@@ -56,7 +57,16 @@ def _load(path: str, loader: Callable[[str], Any] | None, history: tuple[str, ..
         message = f"circular import: {cycle}"
         raise CircularReferenceError(message, path=path, trace=history)
     tree = _read(path, loader, history[-1] if history else None)
-    return _expand(tree, _File(path, loader, (*history, path)), ())
+    try:
+        return _expand(tree, _File(path, loader, (*history, path)), ())
+    except RecursionError:
+        # Looked for only now (a walk of the whole tree costs 15% of a large file's load): a
+        # tree that contains itself (a YAML alias inside its own anchor) recurses forever.
+        contained = find_cycle(tree)
+        if contained is None:
+            raise
+        message = f"{path}: {contained.describe()}"
+        raise ConfigValueError(message, path=format_path(contained.at)) from None
 
 
 class _File(NamedTuple):

@@ -14,8 +14,8 @@ other kinds of workers (``create_worker``; ``create_queue``,
 ``create_consumer``, ``consume``).
 
 Temporary files follow one convention (:func:`temporary_name`,
-:func:`is_temporary_file`, :func:`remove_stale_temporaries`), which code writing
-next to a writer's output can share.
+:func:`is_temporary_file`, :func:`hold_lease`, :func:`remove_stale_temporaries`),
+which code writing next to a writer's output can share.
 
 Every writer takes ``fs=``: the local filesystem by default, any object with the
 :class:`FileSystem` methods, a pfio file system or an fsspec one (S3 through
@@ -25,19 +25,16 @@ Every writer takes ``fs=``: the local filesystem by default, any object with the
 
 from __future__ import annotations
 
-from pytorch_pfn_extras.writing._atomic import (
-    is_temporary_file,
-    remove_stale_temporaries,
-    temporary_name,
-)
-from pytorch_pfn_extras.writing._errors import RemoteTraceback
-from pytorch_pfn_extras.writing._fs import (
-    FileSystem,
+from pytorch_pfn_extras.writing._adapters import (
     FsspecFileSystem,
-    LocalFileSystem,
     PfioFileSystem,
     adapt_file_system,
 )
+from pytorch_pfn_extras.writing._cleanup import remove_stale_temporaries, stale_temporaries
+from pytorch_pfn_extras.writing._errors import RemoteTraceback
+from pytorch_pfn_extras.writing._fs import FileSystem, LocalFileSystem
+from pytorch_pfn_extras.writing._lease import hold_lease
+from pytorch_pfn_extras.writing._names import is_temporary_file, temporary_base, temporary_name
 from pytorch_pfn_extras.writing._process_queue_writer import ProcessQueueWriter
 from pytorch_pfn_extras.writing._queue_writer import QueueWriter, ThreadQueueWriter
 from pytorch_pfn_extras.writing._simple_writer import SimpleWriter
@@ -65,7 +62,10 @@ __all__ = [
     "ThreadWriter",
     "Writer",
     "adapt_file_system",
+    "hold_lease",
     "is_temporary_file",
     "remove_stale_temporaries",
+    "stale_temporaries",
+    "temporary_base",
     "temporary_name",
 ]

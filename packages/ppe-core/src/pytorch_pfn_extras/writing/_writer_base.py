@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import abc
 import os
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 import torch
 
-from pytorch_pfn_extras.writing._atomic import (
-    SaveFun,
-    remove_stale_temporaries,
-    write_atomic,
-    write_in_place,
-)
-from pytorch_pfn_extras.writing._fs import FileSystem, adapt_file_system
+from pytorch_pfn_extras.writing._adapters import adapt_file_system
+from pytorch_pfn_extras.writing._atomic import SaveFun, write_atomic, write_in_place
+from pytorch_pfn_extras.writing._cleanup import scan_stale_temporaries
+from pytorch_pfn_extras.writing._fs import FileSystem
 
 __all__ = ["PostSaveHook", "SaveFun", "Writer", "check_savefun", "resolve_savefun"]
 
@@ -86,6 +84,9 @@ class Writer(abc.ABC):
         self.fs: FileSystem = adapt_file_system(fs, owner)
         self.out_dir: str = _path_str(out_dir, "out_dir", owner)
         self._scanned_dirs: set[str] = set()
+        # Directories to scan again from this time.monotonic() on: a temporary kept there
+        # for its lease could have expired by then.
+        self._rescan_at: dict[str, float] = {}
         self._post_save_hooks: list[PostSaveHook] = []
 
     @abc.abstractmethod
@@ -117,8 +118,11 @@ class Writer(abc.ABC):
         """Set the output directory and remove stale temporary files in it.
 
         Called by the training manager before training starts. Temporary files
-        left there by killed processes of this host are removed (see
-        :func:`is_temporary_file`); those of live processes are kept.
+        left there by killed processes are removed once provably abandoned (see
+        :func:`remove_stale_temporaries`): of this host, once their process is gone;
+        of any host, once their lease expired. Those of live writers are kept; a
+        temporary kept for its lease is looked at again by the first write after
+        the lease could have expired.
 
         Args:
             out_dir: The output directory.
@@ -147,7 +151,9 @@ class Writer(abc.ABC):
         the current content is copied to the temporary file before the new
         data, so a crash never truncates the file. If ``savefun`` raises, the
         destination is untouched, the temporary file removed, and the error
-        propagates. Post-save hooks run after a successful write.
+        propagates. Post-save hooks run after a successful write. The temporary's
+        lease (:func:`hold_lease`) is held during the write, so that other hosts
+        sharing the directory can tell it from an abandoned one.
 
         Args:
             filename: File name relative to ``out_dir``.
@@ -239,6 +245,30 @@ class Writer(abc.ABC):
             raise TypeError(message)
         self._post_save_hooks.append(hook)
 
+    def remove_post_save_hook(self, hook: PostSaveHook) -> None:
+        """Stop calling ``hook`` after writes; undoes one :meth:`add_post_save_hook`.
+
+        An extension that registered a hook on a writer it does not own removes it when
+        it is done (a snapshot extension, in its ``finalize``), so that a writer reused
+        by later extensions or runs neither keeps the old one alive nor runs it. A write
+        already in progress in another thread may still call it once.
+
+        Args:
+            hook: The hook given to :meth:`add_post_save_hook` (or an equal one, such as
+                the same bound method); added twice, it is removed once.
+
+        Raises:
+            ValueError: ``hook`` is not registered; the message names it.
+        """
+        try:
+            self._post_save_hooks.remove(hook)
+        except ValueError:
+            message = (
+                f"{type(self).__name__}: the post-save hook {hook!r} is not registered "
+                f"(registered: {self._post_save_hooks!r})"
+            )
+            raise ValueError(message) from None
+
     def __enter__(self) -> Writer:
         return self
 
@@ -262,16 +292,28 @@ class Writer(abc.ABC):
         return os.path.join(directory, name) if directory else name
 
     def _scan(self, directory: str) -> None:
-        # Once per directory and writer: remove temporaries of dead processes.
-        if directory not in self._scanned_dirs:
-            self._scanned_dirs.add(directory)
-            remove_stale_temporaries(self.fs, directory)
+        # Once per directory and writer: remove abandoned temporaries. Again once a
+        # temporary kept for its lease could have expired (another host's killed job).
+        if directory in self._scanned_dirs:
+            due = self._rescan_at.get(directory)
+            if due is None or time.monotonic() < due:
+                return
+        self._scanned_dirs.add(directory)
+        # Files only: a temporary directory is a sharded snapshot's, which recovers what a
+        # killed commit left in one before removing it.
+        recheck_in = scan_stale_temporaries(self.fs, directory, directories=False).recheck_in
+        if recheck_in is None:
+            self._rescan_at.pop(directory, None)
+        else:
+            self._rescan_at[directory] = time.monotonic() + max(recheck_in, 1.0)
 
     def _run_post_save_hooks(self, path: str) -> None:
-        for hook in self._post_save_hooks:
+        # A copy: a hook may be removed by another thread while a write runs them.
+        for hook in tuple(self._post_save_hooks):
             hook(path)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_scanned_dirs"] = set()
+        state["_rescan_at"] = {}
         return state

@@ -22,6 +22,7 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from pytorch_pfn_extras.training._snapshots import _torch_api
+from pytorch_pfn_extras.training._snapshots._load import read_error
 from pytorch_pfn_extras.training._snapshots._staging import MirrorStager, staged_writer
 from pytorch_pfn_extras.training._snapshots._storage import Storage
 
@@ -48,7 +49,11 @@ def _unreachable(storage: Storage, directory: str) -> TypeError:
 
 
 def writer_for(storage: Storage, directory: str, stager: MirrorStager | None = None) -> Any:
-    """DCP's storage writer of ``directory`` on ``storage`` (waiting for ``stager``'s copy)."""
+    """DCP's storage writer of ``directory`` on ``storage`` (waiting for ``stager``'s copy).
+
+    Raises:
+        FileNotFoundError: ``directory`` is on S3, in a bucket that does not exist.
+    """
     local = storage.local(directory)
     if local is not None:
         if stager is None:
@@ -57,6 +62,9 @@ def writer_for(storage: Storage, directory: str, stager: MirrorStager | None = N
     remote = storage.fsspec(directory)
     if remote is None:
         raise _unreachable(storage, directory)
+    # DCP's fsspec writer makes its directory with fsspec's makedirs, which creates a missing
+    # bucket on s3fs: a mistyped name must be an error, raised before anything is written.
+    storage.check_bucket(directory)
     url, options = remote
     if stager is None:
         return _torch_api.fsspec_storage(url, options, write=True)
@@ -161,6 +169,8 @@ def read_metadata(storage: Storage, directory: str) -> Metadata:
 
     Raises:
         FileNotFoundError: The directory has no ``.metadata`` (not a sharded snapshot).
+        ValueError: The ``.metadata`` is damaged (the message names the snapshot).
+        OSError: The file system failed to read it (the message names the snapshot).
     """
     try:
         return reader_for(storage, directory).read_metadata()  # type: ignore[no-any-return]
@@ -171,6 +181,16 @@ def read_metadata(storage: Storage, directory: str) -> Metadata:
             "sharded snapshot"
         )
         raise FileNotFoundError(message) from error
+    except OSError as error:
+        raise read_error(os.path.join(directory, ".metadata"), error) from error
+    except Exception as error:  # pickle's errors, EOFError, ...: what a damaged file raises
+        message = (
+            f"the sharded snapshot {directory!r} is damaged: its .metadata (written by "
+            f"torch.distributed.checkpoint) cannot be read ({type(error).__name__}: {error}). "
+            "Copy the whole directory again, or move it away to resume from the previous "
+            "snapshot"
+        )
+        raise ValueError(message) from error
 
 
 def check_files(storage: Storage, directory: str, metadata: Metadata) -> None:

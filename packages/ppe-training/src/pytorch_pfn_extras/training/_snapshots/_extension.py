@@ -115,7 +115,11 @@ def snapshot(
             or a callable ``writer(filename, out_dir, target, *, savefun=None,
             append=False)`` that writes before it returns (to the local file system:
             ``autoload`` and ``n_retains`` look for its files there). With ``SHARDED``
-            only its ``fs`` and ``out_dir`` are used (DCP writes).
+            only its ``fs`` and ``out_dir`` are used (DCP writes). As in PPE 0.9, it writes
+            under its own ``out_dir``: on a file system with a root of its own (pfio, s3fs)
+            relative to that root (``""``, the default, is the root: the prefix of
+            ``pfio.v2.from_url("s3://bucket/prefix")``), never under the manager's; on the
+            local disk, into the manager's when it has none.
         snapshot_on_error: Also write a snapshot when an iteration raises.
         n_retains: Keep at most this many snapshots (``-1`` keeps all). Old files are
             deleted only once the new one is complete, so the last good snapshot always

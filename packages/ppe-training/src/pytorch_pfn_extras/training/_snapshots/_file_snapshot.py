@@ -6,15 +6,22 @@ import functools
 import os
 import types
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.interop import is_int
 from pytorch_pfn_extras.training._snapshots._base import SnapshotExtension, SnapshotOptions
 from pytorch_pfn_extras.training._snapshots._files import SnapshotFiles
 from pytorch_pfn_extras.training._snapshots._layout import describe, inspect
-from pytorch_pfn_extras.training._snapshots._load import is_disallowed_global, load_file
+from pytorch_pfn_extras.training._snapshots._load import DamagedSnapshot, load_file
 from pytorch_pfn_extras.training._snapshots._mode import SnapshotMode
-from pytorch_pfn_extras.training._snapshots._storage import Storage
+from pytorch_pfn_extras.training._snapshots._own import (
+    Entry,
+    ForeignEntries,
+    entry,
+    is_snapshot_file,
+)
+from pytorch_pfn_extras.training._snapshots._storage import Storage, snapshot_out_dir
 from pytorch_pfn_extras.training._writer_util import (
     file_system_of,
     finalize_writer,
@@ -74,7 +81,10 @@ class _Snapshot(SnapshotExtension):
         self._default_name = default_name
         self._is_saver = True  # DISTRIBUTED: the other ranks wait for the saver (self._comm)
         self._hooked: Writer | None = None
-        self._bad_files: set[str] = set()
+        self._hook: Callable[[str], None] | None = None
+        self._bad_files: set[str] = set()  # damaged: skipped by autoload and retention
+        self._own_files: set[str] = set()  # snapshot files known to be ours (see _is_own_file)
+        self._foreign = ForeignEntries(_what(mode))
 
     @property
     def default_name(self) -> str:
@@ -108,10 +118,10 @@ class _Snapshot(SnapshotExtension):
         return manager if self._target is None else self._target
 
     def _out_of(self, manager: ExtensionsManagerProtocol) -> str:
-        """The directory snapshots go to: the own writer's ``out_dir`` if it has one (as in
-        PPE), the manager's ``out`` otherwise."""
-        own = getattr(self._writer, "out_dir", "") if self._writer is not None else ""
-        return own if isinstance(own, str) and own else manager.out
+        """The directory snapshots go to (:func:`snapshot_out_dir`: a writer of the
+        snapshot's own with its own file system writes under its ``out_dir`` there, as in
+        PPE 0.9), its bucket checked on S3."""
+        return snapshot_out_dir(self._writer, manager)
 
     def initialize(self, manager: ExtensionsManagerProtocol) -> str | None:
         """Check ``saver_rank``, register the cleanup, and autoload the newest snapshot.
@@ -139,7 +149,8 @@ class _Snapshot(SnapshotExtension):
             add_hook = getattr(writer, "add_post_save_hook", None)
             if callable(add_hook):
                 # Retention runs once each write is complete, through what wrote it.
-                add_hook(functools.partial(self._after_save, storage=storage, out=self._out))
+                self._hook = functools.partial(self._after_save, storage=storage, out=self._out)
+                add_hook(self._hook)
                 self._hooked = writer
         if not self.autoload:
             return None
@@ -167,17 +178,18 @@ class _Snapshot(SnapshotExtension):
         return dist.get_rank() == self._saver_rank
 
     def _autoload(self, manager: ExtensionsManagerProtocol, storage: Storage) -> None:
+        # Only a snapshot proven damaged is skipped; an OSError while reading it (a file
+        # system's hiccup) stops the run, so that a good snapshot is never passed over and
+        # later overwritten by a run that started from an older one.
         assert self._files is not None
         for path in self._files.list(storage, self._out):
             try:
                 state = self._read(storage, path)
-            except Exception as error:
-                if is_disallowed_global(error):
-                    raise
+            except DamagedSnapshot as error:
                 self._bad_files.add(path)
                 message = (
-                    f"cannot load the snapshot {path!r} ({type(error).__name__}: {error}); "
-                    "falling back to the previous snapshot"
+                    f"cannot load the snapshot {error.path!r}: it {error.reason}; falling back "
+                    "to the previous snapshot"
                 )
                 warnings.warn(message, UserWarning, stacklevel=2)
                 continue
@@ -187,15 +199,20 @@ class _Snapshot(SnapshotExtension):
 
     def _read(self, storage: Storage, path: str) -> Any:
         """The state in the snapshot ``path``: a file, or (DISTRIBUTED) this rank's file of a
-        directory written by ppe-training 0.1 in that mode."""
+        directory written by ppe-training 0.1 in that mode.
+
+        Raises:
+            DamagedSnapshot: ``path`` is damaged, or a directory this mode does not load.
+            OSError: The file system failed to read it.
+        """
         if not storage.isdir(path):
             return load_file(storage, path)
         found = inspect(storage, path)
         manifest = found.manifest
         comm = self._comm
         if manifest is None or manifest.mode != "DISTRIBUTED" or comm is None:
-            message = f"{describe(path, found)}; {_what(self._mode)} loads a snapshot file"
-            raise IsADirectoryError(message)
+            reason = describe(path, found).removeprefix(f"{path!r} ")
+            raise DamagedSnapshot(path, f"{reason}; {_what(self._mode)} loads a snapshot file")
         if manifest.world_size != comm.world_size:
             message = (
                 f"the snapshot {path!r} holds each rank's own state, written by "
@@ -224,16 +241,10 @@ class _Snapshot(SnapshotExtension):
         out = self._out or self._out_of(manager)
         path = os.path.join(out, name)
         storage = Storage.of(writer)
-        if storage.isdir(path):
-            found = inspect(storage, path)
-            message = (
-                f"cannot write the snapshot: {describe(path, found)}, where the snapshot file "
-                "goes, and a snapshot never replaces a directory; move it away, or choose "
-                "another filename"
-            )
-            raise FileExistsError(message)
+        self._check_replaceable(storage, os.path.normpath(path))
         state = self._target_of(manager).state_dict()
         writer(name, out, state)
+        self._own_files.add(os.path.normpath(path))
         if self._n_retains > 0 and self._hooked is not writer:
             # A writer without post-save hooks (a plain callable) is synchronous: the file
             # is complete once it returns, so clean up now, where it wrote.
@@ -259,14 +270,59 @@ class _Snapshot(SnapshotExtension):
             return
         path = os.path.normpath(path)
         self._bad_files.discard(path)  # rewritten: complete now
-        good = [
-            p
-            for p in files.list(storage, out)
-            if p not in self._bad_files and (p == path or not storage.isdir(p))
-        ]
-        for old in good[self._n_retains :]:
-            if old != path:
+        self._own_files.add(path)
+        kept = 1  # ``path``, and then the newest of the others that are snapshots of ours
+        for old in files.list(storage, out):
+            if old == path or old in self._bad_files or not self._is_own_file(storage, old):
+                continue
+            if kept < self._n_retains:
+                kept += 1
+            else:
                 storage.remove(old)
+
+    def _check_replaceable(self, storage: Storage, path: str) -> None:
+        """Refuse to write over ``path`` unless it is missing or a snapshot file of ours."""
+        kind = entry(storage, path)
+        if kind is Entry.MISSING or (
+            kind is Entry.FILE and self._is_own_file(storage, path, warn=False)
+        ):
+            return
+        if kind is Entry.DIRECTORY:
+            what = describe(path, inspect(storage, path))
+        elif kind is Entry.LINK:
+            what = f"{path!r} is a symbolic link"
+        else:
+            what = f"{path!r} is a file that is not a snapshot (it does not start as one)"
+        message = (
+            f"cannot write the snapshot: {what}, where the snapshot file goes, and a snapshot "
+            "never replaces what it cannot read as its own; move it away, or choose another "
+            "filename"
+        )
+        raise FileExistsError(message)
+
+    def _is_own_file(self, storage: Storage, path: str, *, warn: bool = True) -> bool:
+        """Whether ``path`` is a snapshot file this extension may replace or delete: one it
+        wrote, or a regular file that starts as a snapshot (checked once per path; a symbolic
+        link, a directory or another file is left alone, with a warning unless ``warn`` is
+        false)."""
+        if path in self._own_files:
+            return True
+        kind = entry(storage, path)
+        if kind is Entry.FILE:
+            try:
+                if is_snapshot_file(storage, path):
+                    self._own_files.add(path)
+                    return True
+                why = "does not start as a snapshot file"
+            except OSError as error:  # not known to be ours: kept, and tried again next time
+                why = f"cannot be read ({type(error).__name__}: {error})"
+        elif kind is Entry.MISSING:
+            return False
+        else:
+            why = f"is a {kind.value}"
+        if warn:
+            self._foreign.skip(path, why)
+        return False
 
     def on_error(
         self,
@@ -280,9 +336,19 @@ class _Snapshot(SnapshotExtension):
             self._save(manager)
 
     def finalize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Wait for the snapshot's own writer, if it was given one."""
+        """Wait for the snapshot's own writer, if it was given one, and unregister the
+        retention from the writer's post-save hooks (a writer used again by another run
+        keeps no hook, nor target, of this one)."""
         if self._writer is not None:
             finalize_writer(self._writer)
+        hooked, self._hooked = self._hooked, None
+        if hooked is not None and self._hook is not None:
+            finalize_writer(hooked)  # its last snapshots' retention runs first
+            # A writer of the user's own with add_post_save_hook may lack its counterpart.
+            remove_hook = getattr(hooked, "remove_post_save_hook", None)
+            if callable(remove_hook):
+                remove_hook(self._hook)
+            self._hook = None
 
 
 def _what(mode: SnapshotMode) -> str:

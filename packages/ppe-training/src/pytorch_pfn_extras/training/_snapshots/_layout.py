@@ -26,7 +26,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytorch_pfn_extras.training._snapshots._files import SnapshotFiles
+from pytorch_pfn_extras.training._snapshots._own import ForeignEntries
 from pytorch_pfn_extras.training._snapshots._storage import Storage
+from pytorch_pfn_extras.writing import hold_lease, temporary_base
 
 MANIFEST = "ppe_snapshot.json"
 PPE09_COMPLETE = "complete"
@@ -95,26 +97,41 @@ class Found:
         kind: ``"ours"`` (a committed directory with a manifest), ``"ppe09"`` (a complete
             PPE 0.9 SHARDED directory), ``"partial"`` (DCP's files without a manifest: a
             sharded snapshot written in place on object storage that never committed),
-            ``"file"`` (a file), or ``"unknown"`` (anything else).
+            ``"damaged"`` (a manifest that cannot be read), ``"link"`` (a symbolic link,
+            never followed to replace or delete), ``"file"`` (a file), or ``"unknown"``
+            (anything else).
         manifest: The manifest of ``"ours"``.
         world_size: The ranks that wrote ``"ours"`` or ``"ppe09"``.
+        detail: Why a ``"damaged"`` manifest cannot be read.
     """
 
     kind: str
     manifest: Manifest | None = None
     world_size: int = 0
+    detail: str = ""
 
 
-def inspect(storage: Storage, path: str) -> Found:
-    """What ``path`` holds (see :class:`Found`)."""
+def inspect(storage: Storage, path: str, *, links: bool = False) -> Found:
+    """What ``path`` holds (see :class:`Found`).
+
+    Args:
+        links: Tell a symbolic link as ``"link"`` instead of what it points to (for what
+            would replace or delete it).
+
+    Raises:
+        OSError: The file system failed to list or read it.
+    """
+    local = storage.local(path)
+    if links and local is not None and os.path.islink(local):
+        return Found("link")
     if not storage.isdir(path):
         return Found("file")
     names = storage.listdir(path)
     if MANIFEST in names:
         try:
             manifest = Manifest.read(storage, path)
-        except ValueError:
-            return Found("unknown")
+        except ValueError as error:
+            return Found("damaged", detail=str(error))
         return Found("ours", manifest, manifest.world_size)
     ranks = [name for name in names if name.isdigit()]
     numbered = sorted(int(rank) for rank in ranks) == list(range(len(ranks)))
@@ -138,6 +155,10 @@ def describe(path: str, found: Found) -> str:
             f"{path!r} is a sharded snapshot without its {MANIFEST} (its ranks' files only: "
             "it never committed, or lost its manifest)"
         )
+    if found.kind == "damaged":
+        return f"{path!r} is a snapshot directory whose manifest is damaged: {found.detail}"
+    if found.kind == "link":
+        return f"{path!r} is a symbolic link"
     return (
         f"{path!r} is a directory that is not a complete snapshot (no {MANIFEST}, nor PPE "
         f"0.9's {PPE09_COMPLETE!r} marker)"
@@ -161,9 +182,9 @@ def directory_to_write(storage: Storage, final: str) -> str:
             package reads; it is left as it is.
     """
     local = storage.local(final) is not None
-    if not storage.exists(final):
+    found = inspect(storage, final, links=True)
+    if found.kind == "file" and not storage.exists(final):
         return storage.temporary(final) if local else final
-    found = inspect(storage, final)
     if found.kind not in ("ours", "ppe09", "partial"):
         raise _collision(final, found)
     if found.kind == "partial" and not local:
@@ -176,9 +197,12 @@ def commit(storage: Storage, written: str, final: str) -> None:
     """Make the complete directory ``written`` (its manifest written) the snapshot ``final``.
 
     Written in place (object storage), it is committed already. From a temporary, it is
-    renamed to ``final``; a snapshot directory of the same name (rewritten after a resume)
-    is replaced: on a local disk it is first renamed aside, so that ``final`` changes with
-    one rename.
+    renamed to ``final``. A snapshot directory of the same name (an epoch-named snapshot
+    saved twice, a rewrite after a resume) is replaced: on a local disk it is renamed aside,
+    the new one renamed in, then the old one removed; on object storage its manifest is
+    removed first, then its files, then the new files move in, manifest last. A process
+    killed in between leaves the committed snapshots in temporaries (or in part in
+    ``final``), from which the next run's :meth:`SnapshotDirs.recover` restores the newer.
 
     Raises:
         FileExistsError: ``final`` is a file or a directory that is not a snapshot this
@@ -186,20 +210,27 @@ def commit(storage: Storage, written: str, final: str) -> None:
     """
     if written == final:
         return
-    old = None
-    if storage.exists(final):
-        found = inspect(storage, final)
-        if found.kind not in ("ours", "ppe09", "partial"):
-            raise _collision(final, found)
+    found = inspect(storage, final, links=True)
+    if found.kind == "file" and not storage.exists(final):
+        storage.move_directory(written, final, last=(MANIFEST,))
+        return
+    if found.kind not in ("ours", "ppe09", "partial"):
+        raise _collision(final, found)
+    if storage.local(final) is not None:
+        # The old one aside under a lease until removed: if killed meanwhile, the next run on
+        # any host recovers it (the name is missing) or removes it (the name was committed).
         old = storage.temporary(final)
-        if storage.local(final) is not None:
+        with hold_lease(storage.fs, old):
             storage.move_directory(final, old)
-        else:
-            storage.remove_tree(final)
-            old = None
+            storage.move_directory(written, final, last=(MANIFEST,))
+            storage.remove_tree(old)
+        return
+    # Object storage: its manifest first, so that a job killed while the rest goes leaves a
+    # partial directory (skipped by autoload, completed by :meth:`SnapshotDirs.recover`),
+    # never a committed one with shards missing.
+    storage.remove(os.path.join(final, MANIFEST))
+    storage.remove_tree(final)
     storage.move_directory(written, final, last=(MANIFEST,))
-    if old is not None:
-        storage.remove_tree(old)
 
 
 class SnapshotDirs:
@@ -212,25 +243,71 @@ class SnapshotDirs:
         """The paths the template matches, newest first (temporaries never match)."""
         return self.files.list(storage, out_dir)
 
-    def retain(self, storage: Storage, out_dir: str, n_retains: int, keep: str) -> list[str]:
+    def retain(
+        self, storage: Storage, out_dir: str, n_retains: int, keep: str, foreign: ForeignEntries
+    ) -> list[str]:
         """Delete the oldest snapshot directories (ours and PPE 0.9's) beyond ``n_retains``,
-        never ``keep`` nor anything that is not a snapshot directory.
+        never ``keep`` nor anything that is not a snapshot directory (a symbolic link, a file,
+        a directory without a readable manifest: each named once by ``foreign``).
 
         Returns:
             The paths deleted.
         """
-        snapshots = [
-            path
-            for path in self.candidates(storage, out_dir)
-            if inspect(storage, path).kind in ("ours", "ppe09")
-        ]
+        kept = 0
         removed = []
-        for old in snapshots[n_retains:]:
-            if os.path.normpath(old) == os.path.normpath(keep):
+        for path in self.candidates(storage, out_dir):
+            found = inspect(storage, path, links=True)
+            if found.kind not in ("ours", "ppe09"):
+                if found.kind != "partial":  # a save in progress on object storage
+                    foreign.skip(path, describe(path, found).removeprefix(f"{path!r} "))
                 continue
-            storage.remove_tree(old)
-            removed.append(old)
+            kept += 1
+            if kept <= n_retains or os.path.normpath(path) == os.path.normpath(keep):
+                continue
+            storage.remove_tree(path)
+            removed.append(path)
         return removed
+
+    def recover(self, storage: Storage, out_dir: str, stale: list[str]) -> list[str]:
+        """Finish the commits that a killed process left half done.
+
+        Replacing a snapshot of the same name renames the old directory aside, then the new
+        one in (on object storage: removes the old one, then moves the new one's files,
+        manifest last). A process killed in between leaves the name missing (or partial)
+        and the committed snapshots in temporaries. For each name the template matches whose
+        final directory is missing or partial, the newest of the ``stale`` temporaries (those
+        of gone writers) holding a readable manifest is moved in.
+
+        Returns:
+            The snapshot directories recovered.
+        """
+        directory = os.path.join(out_dir, self.files.directory)
+        best: dict[str, tuple[int, str]] = {}
+        for temporary in stale:
+            base = temporary_base(temporary)
+            final = os.path.join(directory, base or "")
+            if base is None or not self.files.contains(final, out_dir):
+                continue
+            found = inspect(storage, temporary, links=True)
+            if found.kind != "ours" or found.manifest is None:
+                continue
+            iteration = found.manifest.iteration
+            if final not in best or iteration > best[final][0]:
+                best[final] = (iteration, temporary)
+        recovered = []
+        for final, (_iteration, temporary) in sorted(best.items()):
+            now = inspect(storage, final, links=True)
+            missing = now.kind == "file" and not storage.exists(final)
+            # On object storage a partial one holds what was moved before the kill.
+            moved_in_part = now.kind == "partial" and storage.local(final) is None
+            if missing or moved_in_part:
+                storage.move_directory(temporary, final, last=(MANIFEST,))
+                recovered.append(final)
+        return recovered
+
+    def stale_temporaries(self, storage: Storage, out_dir: str) -> list[str]:
+        """The temporaries of the template's directory whose writer is gone."""
+        return storage.stale_temporaries(os.path.join(out_dir, self.files.directory))
 
     def remove_temporaries(self, storage: Storage, out_dir: str) -> list[str]:
         """Remove the stale temporaries of the template's directory (see :class:`Storage`)."""

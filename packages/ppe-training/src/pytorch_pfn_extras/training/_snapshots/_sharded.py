@@ -9,6 +9,7 @@ system (:mod:`._storage`). Autoload also reads PPE 0.9's SHARDED directories (on
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
@@ -29,10 +30,12 @@ from pytorch_pfn_extras.training._snapshots._layout import (
     directory_to_write,
     inspect,
 )
-from pytorch_pfn_extras.training._snapshots._load import load_file
-from pytorch_pfn_extras.training._snapshots._storage import Storage
+from pytorch_pfn_extras.training._snapshots._load import load_file, read_error
+from pytorch_pfn_extras.training._snapshots._own import ForeignEntries, is_snapshot_file
+from pytorch_pfn_extras.training._snapshots._storage import Storage, snapshot_out_dir
 from pytorch_pfn_extras.training._version import __version__
 from pytorch_pfn_extras.training._writer_util import check_writer
+from pytorch_pfn_extras.writing import hold_lease
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
@@ -47,6 +50,7 @@ class _Pending:
 
     name: str
     future: Future[Any]
+    lease: contextlib.ExitStack  # the coordinator's lease on the temporary, until the commit
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -73,6 +77,7 @@ class _ShardedSnapshot(SnapshotExtension):
         self._pending: _Pending | None = None
         self._stager: Any = None  # the CPU copy of the state of asynchronous saves
         self._fences: list[Any] = []  # the optimizers' hooks that wait for the copy
+        self._foreign = ForeignEntries(_WHAT)
 
     @property
     def default_name(self) -> str:
@@ -105,8 +110,7 @@ class _ShardedSnapshot(SnapshotExtension):
             )
             raise TypeError(message)
         writer = self._writer if self._writer is not None else manager.writer
-        own = getattr(self._writer, "out_dir", "") if self._writer is not None else ""
-        self._out = own if isinstance(own, str) and own else manager.out
+        self._out = snapshot_out_dir(self._writer, manager)  # as in PPE 0.9; bucket checked
         if writer is not None:
             check_writer(writer, "snapshot")
         self._storage = Storage.of(writer)
@@ -115,6 +119,17 @@ class _ShardedSnapshot(SnapshotExtension):
         if self._async and self._stager is None:
             self._stager = self._new_stager(manager)
         comm = self._comm
+        if comm.is_coordinator and self._dirs is not None:
+            # Before autoload: a rewrite of the same name killed half way left the committed
+            # snapshot in a temporary, which autoload would not see and the cleanup delete.
+            stale = self._dirs.stale_temporaries(self._storage, self._out)
+            for path in self._dirs.recover(self._storage, self._out, stale):
+                warnings.warn(
+                    f"{_WHAT}: recovered the snapshot {path!r}, which a process killed while "
+                    "replacing it had left in a temporary directory",
+                    UserWarning,
+                    stacklevel=2,
+                )
         if self.autoload:
             self._autoload(manager, comm)
         if comm.is_coordinator and self._dirs is not None:
@@ -147,12 +162,21 @@ class _ShardedSnapshot(SnapshotExtension):
         self.resumed_from = path
 
     def _choose(self, comm: Comm) -> _Choice:
+        # Only a committed snapshot (a readable manifest) is loaded; what never committed (a
+        # partial directory, a foreign one, a damaged manifest) is skipped with a warning, and
+        # left as it is. A committed snapshot that cannot be loaded, or an OSError, is an
+        # error: a run never passes over a committed snapshot silently.
         assert self._dirs is not None
         try:
             for path in self._dirs.candidates(self._storage, self._out):
-                found = inspect(self._storage, path)
-                if found.kind == "partial" and self._storage.local(path) is None:
-                    # On object storage, what a job killed while writing leaves.
+                try:
+                    found = inspect(self._storage, path)
+                    uncommitted = found.kind in ("partial", "unknown", "damaged") or (
+                        found.kind == "file" and not is_snapshot_file(self._storage, path)
+                    )
+                except OSError as error:
+                    raise read_error(path, error) from error
+                if uncommitted:
                     message = f"{describe(path, found)}; loading the previous snapshot"
                     warnings.warn(message, UserWarning, stacklevel=2)
                     continue
@@ -176,8 +200,8 @@ class _ShardedSnapshot(SnapshotExtension):
         manifest = found.manifest
         if manifest is None:
             message = (
-                f"{describe(path, found)}; {_WHAT} loads snapshot directories: delete or "
-                "move it to resume from the previous snapshot, or use the mode that wrote it"
+                f"{describe(path, found)}; {_WHAT} loads snapshot directories: move it away "
+                "to resume from the previous snapshot, or use the mode that wrote it"
             )
             raise FileNotFoundError(message)
         if manifest.mode != "SHARDED" or manifest.content != self._content():
@@ -212,40 +236,48 @@ class _ShardedSnapshot(SnapshotExtension):
         final = os.path.join(self._out, name)
         comm.barrier(f"the snapshot {name!r}")
         # Every rank writes where the coordinator says: a temporary named after its host and
-        # process (the next run removes it once that process is gone), or the final directory
-        # on object storage; or every rank raises its refusal to replace something.
-        choice: tuple[str, BaseException | None] = ("", None)
-        if comm.is_coordinator:
-            try:
-                choice = (directory_to_write(self._storage, final), None)
-            except Exception as error:
-                choice = ("", error)
-        temporary, refused = comm.broadcast(choice)
-        if refused is not None:
-            raise refused
-        self._storage.makedirs(temporary)
-        manifest = Manifest(
-            mode="SHARDED",
-            world_size=comm.world_size,
-            content=self._content(),
-            iteration=manager.iteration,
-            ppe_version=__version__,
-        )
+        # process, under a lease the coordinator refreshes until the commit (the next run, on
+        # any host, removes it once abandoned), or the final directory on object storage; or
+        # every rank raises its refusal to replace something.
+        lease = contextlib.ExitStack()
         try:
-            future = self._write(manager, comm, temporary)
-        except BaseException:
-            # DCP failed on every rank together (its failures are gathered): none writes.
+            choice: tuple[str, BaseException | None] = ("", None)
             if comm.is_coordinator:
-                self._storage.remove_tree(temporary)
-            raise
-        if future is not None:
-            self._pending = pending = _Pending(name, future)
-            future.add_done_callback(
-                lambda f: self._complete(pending, f, manifest, temporary, final)
+                try:
+                    written = directory_to_write(self._storage, final)
+                    if written != final:
+                        lease.enter_context(hold_lease(self._storage.fs, written))
+                    choice = (written, None)
+                except Exception as error:
+                    choice = ("", error)
+            temporary, refused = comm.broadcast(choice)
+            if refused is not None:
+                raise refused
+            self._storage.makedirs(temporary)
+            manifest = Manifest(
+                mode="SHARDED",
+                world_size=comm.world_size,
+                content=self._content(),
+                iteration=manager.iteration,
+                ppe_version=__version__,
             )
-            return
-        if comm.is_coordinator:
-            self._commit(manifest, temporary, final)
+            try:
+                future = self._write(manager, comm, temporary)
+            except BaseException:
+                # DCP failed on every rank together (its failures are gathered): none writes.
+                if comm.is_coordinator:
+                    self._storage.remove_tree(temporary)
+                raise
+            if future is not None:
+                self._pending = pending = _Pending(name, future, lease.pop_all())
+                future.add_done_callback(
+                    lambda f: self._complete(pending, f, manifest, temporary, final)
+                )
+                return
+            if comm.is_coordinator:
+                self._commit(manifest, temporary, final)
+        finally:
+            lease.close()
 
     def _write(
         self, manager: ExtensionsManagerProtocol, comm: Comm, temporary: str
@@ -298,7 +330,7 @@ class _ShardedSnapshot(SnapshotExtension):
             self._storage.remove_tree(temporary)
             raise
         if self._n_retains > 0 and self._dirs is not None:
-            self._dirs.retain(self._storage, self._out, self._n_retains, keep=final)
+            self._dirs.retain(self._storage, self._out, self._n_retains, final, self._foreign)
 
     def _complete(
         self, pending: _Pending, future: Future[Any], manifest: Manifest, temporary: str, final: str
@@ -313,7 +345,10 @@ class _ShardedSnapshot(SnapshotExtension):
         except BaseException as error:
             pending.error = error
         finally:
-            pending.done.set()
+            try:
+                pending.lease.close()
+            finally:
+                pending.done.set()
 
     def wait(self) -> None:
         """Wait for the asynchronous save in flight, if any.

@@ -5,10 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import re
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from pytorch_pfn_extras.interop import is_int
 
@@ -127,58 +126,214 @@ def _encode(entries: list[dict[str, Any]], fmt: str) -> bytes:
     return b"".join(_encode_entry(entry, fmt) for entry in entries)
 
 
-def _records(data: bytes, fmt: str) -> list[tuple[int, bytes]]:
-    """The complete records of a json-lines or yaml log, as ``(end offset, record)``.
+class _Record(NamedTuple):
+    """A readable record of a json-lines or yaml log: ``data[start:end]``, from line ``line``.
 
-    A record is complete when its final newline is there: a torn last record (a
-    process killed while writing it) is left out. A yaml record is a ``- `` line
-    and its indented continuation lines (the block style of older logs).
+    ``entry`` is what it holds, or ``None`` where it was only checked (see :func:`_scan`).
     """
-    records: list[tuple[int, bytes]] = []
+
+    start: int
+    end: int
+    line: int
+    entry: dict[str, Any] | None
+
+
+class _Damage(NamedTuple):
+    """A record of a log that cannot be read: the lines it spans (``data``, as in the file),
+    the first of them (1-based) and why; ``torn`` when the file ends inside it."""
+
+    line: int
+    data: bytes
+    reason: str
+    torn: bool
+
+
+class _Scan(NamedTuple):
+    """A json-lines or yaml log, record by record: the readable ones and the damaged ones."""
+
+    records: list[_Record]
+    damaged: list[_Damage]
+
+
+_TORN = "torn: the file ends inside this record (a write cut short)"
+
+# A yaml record as _yaml_line writes it: plain keys, plain or numeric values, one flow
+# mapping. Every line it matches is a list of one mapping for PyYAML (the tests check it
+# with lines drawn from the pattern), so checking a log needs no parse for such a line: a
+# few microseconds where libyaml takes about a hundred.
+_YAML_NAME = rb"[A-Za-z_][A-Za-z0-9_./-]*"
+_YAML_VALUE = rb"(?:[A-Za-z_][A-Za-z0-9_./-]*|-?[0-9][0-9.e+-]*|-?\.inf|\.nan)"
+_YAML_ITEM = _YAML_NAME + rb": " + _YAML_VALUE
+_YAML_FAST_LINE = re.compile(rb"- \{(?:" + _YAML_ITEM + rb"(?:, " + _YAML_ITEM + rb")*)?\}\n\Z")
+
+
+def _split(data: bytes, fmt: str) -> tuple[list[tuple[int, int, int]], _Damage | None]:
+    """The complete records of a json-lines or yaml log, as ``(start, end, line)``, and
+    the torn last one (``None`` if the file ends with a complete record).
+
+    A record is complete when its final newline is there: a process killed while
+    writing it leaves it without one. A yaml record is a ``- `` line and its indented
+    continuation lines (the block style of older logs). Blank lines, and the ``[]`` of
+    an empty yaml log, are no records.
+    """
+    spans: list[tuple[int, int, int]] = []
     start = end = 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break
-        if not (fmt == "yaml" and line[:1] in (b" ", b"\t") and end > start):
-            if data[start:end].strip():
-                records.append((end, data[start:end]))
-            start = end
-        end += len(line)
-    if data[start:end].strip():
-        records.append((end, data[start:end]))
-    return [(stop, record) for stop, record in records if record.strip() != b"[]"]
+    line = first = 1
+    while (newline := data.find(b"\n", end)) >= 0:
+        if not (fmt == "yaml" and data[end : end + 1] in (b" ", b"\t") and end > start):
+            spans.append((start, end, first))
+            start, first = end, line
+        end = newline + 1
+        line += 1
+    spans.append((start, end, first))
+    records = [span for span in spans if data[span[0] : span[1]].strip() not in (b"", b"[]")]
+    tail = data[end:]
+    torn = _Damage(line, tail, _TORN, torn=True) if tail.strip() else None
+    return records, torn
 
 
-def _parse_record(record: bytes, fmt: str) -> Any:
-    if fmt == "json-lines":
-        return json.loads(record)
-    yaml = _import_yaml()
-    # libyaml's parser where PyYAML has it: the same values, about 10 times faster to read.
-    loaded = yaml.load(record, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    return loaded[0] if isinstance(loaded, list) and loaded else None
+def _parse_record(record: bytes, fmt: str) -> dict[str, Any]:
+    """The entry of a json-lines or yaml record.
 
-
-def _parse_json_array(data: bytes) -> list[Any]:
-    """The complete entries of a JSON array log, also when its last write was torn."""
-    text = data.decode(errors="replace")
+    Raises:
+        ValueError: The record is not UTF-8, not JSON or YAML, or holds something else
+            than one entry (a JSON object; a YAML list of one mapping); the message says
+            which.
+    """
     try:
-        loaded = json.loads(text)
+        text = record.decode()
+    except UnicodeDecodeError as error:
+        message = f"not UTF-8: {error.reason} at byte {error.start + 1}"
+        raise ValueError(message) from None
+    if fmt == "json-lines":
+        try:
+            entry = json.loads(text)
+        except json.JSONDecodeError as error:
+            message = f"not JSON: {error.msg} at column {error.colno}"
+            raise ValueError(message) from None
+        if not isinstance(entry, dict):
+            message = f"a JSON {type(entry).__name__} where an entry (an object) was expected"
+            raise ValueError(message)
+        return entry
+    yaml = _import_yaml()
+    try:
+        # libyaml's parser where PyYAML has it: the same values, about 10 times faster.
+        loaded = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as error:
+        # Without the marks: their lines count from the record, not from the file.
+        lines = [line.strip() for line in str(error).splitlines()]
+        message = "not YAML: " + " ".join(line for line in lines if not line.startswith("in "))
+        raise ValueError(message) from None
+    if not (isinstance(loaded, list) and len(loaded) == 1 and isinstance(loaded[0], dict)):
+        message = f"YAML {loaded!r:.60} where an entry (a list of one mapping) was expected"
+        raise ValueError(message)
+    return loaded[0]
+
+
+def _scan(data: bytes, fmt: str, *, parse: bool = True) -> _Scan:
+    """Read a json-lines or yaml log record by record.
+
+    Args:
+        data: The content of the log.
+        fmt: ``'json-lines'`` or ``'yaml'``.
+        parse: Give every readable record its entry. When ``False``, a yaml record in
+            the fast form of :func:`_yaml_line` is only checked (its entry is ``None``).
+    """
+    spans, torn = _split(data, fmt)
+    records: list[_Record] = []
+    damaged: list[_Damage] = []
+    for start, end, line in spans:
+        record = data[start:end]
+        if not parse and fmt == "yaml" and _YAML_FAST_LINE.match(record):
+            records.append(_Record(start, end, line, None))
+            continue
+        try:
+            entry = _parse_record(record, fmt)
+        except ValueError as error:
+            damaged.append(_Damage(line, record, str(error), torn=False))
+        else:
+            records.append(_Record(start, end, line, entry))
+    if torn is not None:
+        damaged.append(torn)
+    return _Scan(records, damaged)
+
+
+# Where an entry of a JSON log starts: its own line, indented by 4 (json.dumps(indent=4),
+# also PPE 0.9's layout); nested objects are indented further, strings hold no newline.
+_JSON_ENTRY_START = re.compile(r"^    \{", re.MULTILINE)
+
+
+def _scan_json(data: bytes) -> tuple[list[dict[str, Any]], list[_Damage]]:
+    """The readable entries of a JSON array log, and its damaged ones.
+
+    An entry that cannot be read is damaged up to where the next entry starts (its own
+    line, as LogReport writes them), and the entries after it are read. A file that
+    ends before its closing ``]`` was torn; a torn entry is damaged, a missing ``]``
+    alone is not (every entry is complete).
+    """
+    try:
+        loaded = json.loads(data)
     except ValueError:
         pass
     else:
-        return list(loaded) if isinstance(loaded, list) else []
-    decoder = json.JSONDecoder()
-    entries: list[Any] = []
-    position = text.find("[") + 1
-    while position > 0:
-        while position < len(text) and text[position] in " \t\r\n,":
+        if isinstance(loaded, list) and all(isinstance(entry, dict) for entry in loaded):
+            return loaded, []
+    # Lone surrogates stand for the bytes that are not UTF-8, so that a damaged part
+    # encodes back to the very bytes of the file.
+    text = data.decode("utf-8", errors="surrogateescape")
+    size = len(text.rstrip())
+    closed = text[size - 1 : size] == "]"
+    limit = size - 1 if closed else len(text)
+    position = len(text) - len(text.lstrip())
+    if position == len(text):
+        return [], []
+    if text[position] != "[":
+        whole = _Damage(_line_of(text, position), data, "not a JSON array", torn=False)
+        return [], [whole]
+    entries: list[dict[str, Any]] = []
+    damaged: list[_Damage] = []
+    position += 1
+    while True:
+        while position < limit and text[position] in " \t\r\n,":
             position += 1
+        if position >= limit:
+            return entries, damaged
+        read = _json_entry_at(text, position)
+        if isinstance(read, tuple):
+            entries.append(read[0])
+            position = read[1]
+            continue
+        following = _JSON_ENTRY_START.search(text, position + 1, limit)
+        stop = following.start() if following is not None else limit
+        line_start = text.rfind("\n", 0, position) + 1
+        start = line_start if not text[line_start:position].strip() else position
+        torn = following is None and not closed
+        part = text[start:stop].encode(errors="surrogateescape")
+        damaged.append(_Damage(_line_of(text, position), part, _TORN if torn else read, torn))
+        position = stop
+
+
+_JSON_DECODER = json.JSONDecoder()
+
+
+def _json_entry_at(text: str, position: int) -> tuple[dict[str, Any], int] | str:
+    """The entry of a JSON log at ``position`` and where it ends, or why there is none."""
+    try:
+        entry, stop = _JSON_DECODER.raw_decode(text, position)
+    except json.JSONDecodeError as error:
+        return f"not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+    if not isinstance(entry, dict):
+        return f"a JSON {type(entry).__name__} where an entry (an object) was expected"
+    if not text[position:stop].isascii():
         try:
-            entry, position = decoder.raw_decode(text, position)
-        except ValueError:
-            break
-        entries.append(entry)
-    return entries
+            text[position:stop].encode()
+        except UnicodeEncodeError:  # a lone surrogate stands for a byte that is not UTF-8
+            return "not UTF-8"
+    return entry, stop
+
+
+def _line_of(text: str, position: int) -> int:
+    return text.count("\n", 0, position) + 1
 
 
 def _entry_iteration(entry: Any) -> int | None:
@@ -186,13 +341,19 @@ def _entry_iteration(entry: Any) -> int | None:
     return value if is_int(value) else None
 
 
-def _read_log(path: str | os.PathLike[str], format: str | None = None) -> list[Any]:
-    fmt = _infer_format(os.fspath(path)) if format is None else format
-    with open(path, "rb") as f:
-        data = f.read()
+def _read_log(data: bytes, fmt: str) -> tuple[list[dict[str, Any]], list[_Damage]]:
+    """The readable entries of a log, and its damaged records."""
     if fmt == "json":
-        return _parse_json_array(data)
-    return [_parse_record(record, fmt) for _, record in _records(data, fmt)]
+        return _scan_json(data)
+    scan = _scan(data, fmt)
+    return [record.entry for record in scan.records if record.entry is not None], scan.damaged
+
+
+def _damaged_records(data: bytes, fmt: str) -> list[_Damage]:
+    """The damaged records of a log (checked as cheaply as the format allows)."""
+    if fmt == "json":
+        return _scan_json(data)[1]
+    return _scan(data, fmt, parse=False).damaged
 
 
 def _write_entries(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytorch_pfn_extras.distributed._collective import (
     partial_state_is_mine,
@@ -20,6 +21,8 @@ from pytorch_pfn_extras.training._writer_util import file_system_of
 from pytorch_pfn_extras.training.extensions._bytes import write_bytes
 from pytorch_pfn_extras.training.extensions._log_format import (
     _FORMATS,
+    _Damage,
+    _damaged_records,
     _encode,
     _encode_entry,
     _entry_iteration,
@@ -27,7 +30,7 @@ from pytorch_pfn_extras.training.extensions._log_format import (
     _json_item,
     _parse_record,
     _read_log,
-    _records,
+    _scan,
     _write_entries,
 )
 
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
     import pandas
 
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
-    from pytorch_pfn_extras.writing import Writer
+    from pytorch_pfn_extras.writing import FileSystem, Writer
 
 # _FORMATS and _encode are also read from here by log_report.py (LogWriterSaveFunc).
 __all__ = ["_FORMATS", "LogReport", "_encode"]
@@ -48,6 +51,23 @@ def _to_python(value: Any) -> Any:
     return item() if callable(item) else value
 
 
+class _Kept(NamedTuple):
+    """What the first write of a process keeps of an appended log file."""
+
+    data: bytes
+    """The records kept, in the order of the file."""
+    whole: bool
+    """``data`` is the file as it is: nothing to cut off or take out."""
+    prefix: bool
+    """``data`` is the start of the file: cutting the file after it is enough."""
+
+
+def _damage_lines(damaged: list[_Damage], shown: int = 5) -> str:
+    """Where and why, for the first ``shown`` damaged records, and how many there are."""
+    text = "; ".join(f"line {damage.line}: {damage.reason}" for damage in damaged[:shown])
+    return text if len(damaged) <= shown else f"{text}; {len(damaged)} records in all"
+
+
 class LogReport(Extension):
     """An extension to output the accumulated results to a log file.
 
@@ -57,6 +77,14 @@ class LogReport(Extension):
     manager's output directory through the writer (atomically: a crash never leaves a
     half-written log). Its state (the log and the partial interval) is saved in snapshots,
     so a resumed run writes exactly the log of the uninterrupted run.
+
+    The log stays one valid file holding each entry once; a torn or damaged tail is set
+    aside (kept in a side file next to the log, never deleted) with a warning naming the
+    file and the line, and the run resumes. The first write of a process checks every
+    record of the file: a torn last record and each complete record that cannot be read
+    go, as they were, to a new ``<filename>.damaged-<n>`` with a ``UserWarning``. A damaged
+    record in the middle is taken out alone: the readable records after it stay. A
+    rewritten log (no ``append``) then comes back whole from the snapshot.
 
     Args:
         keys: Keys of values to accumulate; all keys when ``None``.
@@ -137,9 +165,10 @@ class LogReport(Extension):
         self._summary = DictSummary()
         self._n_written = 0
         self._entry_count = 0
-        # Appending through a writer: look at the file before the first write of the
-        # process, to cut off a torn last record (and, on resume, entries past the snapshot).
-        self._check_file = append and "{" not in filename
+        # Through a writer that does not write in place: look at the file before the first
+        # write of the process, to set its damaged records aside (and, appending, keep the
+        # rest: on resume, up to the snapshot).
+        self._check_file = "{" not in filename
         self._iteration = 0
         # In-place writing: offset of the next entry (of the closing "\n]" for json) in the
         # file, None until this process first writes; what to keep of the file on resume.
@@ -219,15 +248,18 @@ class LogReport(Extension):
             self._n_written += 1
             return
         savefun = functools.partial(_write_entries, fmt=self._format)
+        check, self._check_file = self._check_file, False
         if not self._append:
+            if check:
+                self._set_aside_damage(writer, filename, out)
             writer(filename, out, self._log, savefun=savefun)
-        elif self._check_file:
-            self._check_file = False
-            kept = self._entries_before_resume(writer, os.path.join(out, filename))
-            if kept is None:
+        elif check:
+            kept = self._kept_records(writer, filename, out)
+            if kept.whole:
                 writer(filename, out, [entry], savefun=savefun, append=True)
             else:
-                writer(filename, out, kept + _encode([entry], self._format), savefun=write_bytes)
+                data = kept.data + _encode([entry], self._format)
+                writer(filename, out, data, savefun=write_bytes)
         else:
             writer(filename, out, [entry], savefun=savefun, append=True)
         self._n_written += 1
@@ -250,43 +282,80 @@ class LogReport(Extension):
         if not self._append:
             # The log (of the snapshot, when resuming) replaces the file atomically; this
             # also repairs a file torn by a killed process.
+            self._set_aside_damage(writer, filename, out)
             data = _encode(self._log, self._format)
             writer(filename, out, data, savefun=write_bytes)
             return len(data) - 2 if self._format == "json" else len(data)
         # Append mode: keep the complete records (up to the snapshot when resuming) and cut
         # off the rest (a torn record, entries written after the snapshot) by writing there.
-        path = os.path.join(out, filename)
-        keep = 0
-        if writer.fs.exists(path):
-            with writer.fs.open(path, "rb") as f:
-                keep = self._kept_length(f.read())
-        self._resume_iteration = self._resume_count = None
-        return writer.write_in_place(filename, out, _encode_entry(entry, self._format), offset=keep)
+        kept = self._kept_records(writer, filename, out)
+        record = _encode_entry(entry, self._format)
+        if kept.prefix:
+            return writer.write_in_place(filename, out, record, offset=len(kept.data))
+        data = kept.data + record  # a damaged record taken out: the file is rewritten
+        writer(filename, out, data, savefun=write_bytes)
+        return len(data)
 
-    def _kept_length(self, data: bytes) -> int:
-        records = _records(data, self._format)
-        if self._resume_count is not None:  # a snapshot of an older version: count entries
-            records = records[: self._resume_count]
-        elif self._resume_iteration is not None:
-            while records:
-                iteration = _entry_iteration(_parse_record(records[-1][1], self._format))
-                if iteration is None or iteration <= self._resume_iteration:
-                    break
-                records.pop()
-        return records[-1][0] if records else 0
-
-    def _entries_before_resume(self, writer: Writer, path: str) -> bytes | None:
-        """The file's content up to the snapshot, if entries were written after it."""
+    def _set_aside_damage(self, writer: Any, filename: str, out: str) -> None:
+        """Before the log replaces the file: set the file's damaged records aside."""
         fs = file_system_of(writer, ("exists", "open"), "LogReport reads back its log file")
+        path = os.path.join(out, filename)
+        if fs.exists(path):
+            with fs.open(path, "rb") as f:
+                damaged = _damaged_records(f.read(), self._format)
+            if damaged:
+                self._set_aside(writer, fs, filename, out, damaged)
+
+    def _kept_records(self, writer: Any, filename: str, out: str) -> _Kept:
+        """Before appending: what to keep of the file, its damaged records set aside.
+
+        The readable records are kept, up to the snapshot when resuming: those after its
+        iteration (or after its first ``n_written`` for an older snapshot) are dropped.
+        """
+        resume_iteration, resume_count = self._resume_iteration, self._resume_count
+        self._resume_iteration = self._resume_count = None
+        fs = file_system_of(writer, ("exists", "open"), "LogReport reads back its log file")
+        path = os.path.join(out, filename)
         if not fs.exists(path):
-            return b""
+            return _Kept(b"", whole=True, prefix=True)
         with fs.open(path, "rb") as f:
             data: bytes = f.read()
-        length = self._kept_length(data)
-        self._resume_iteration = self._resume_count = None
-        if length == len(data):
-            return None
-        return data[:length]
+        scan = _scan(data, self._format, parse=False)
+        records = scan.records
+        if resume_count is not None:  # a snapshot of an older version: count entries
+            records = records[:resume_count]
+        elif resume_iteration is not None:
+            while records:
+                entry = records[-1].entry
+                if entry is None:
+                    entry = _parse_record(data[records[-1].start : records[-1].end], self._format)
+                iteration = _entry_iteration(entry)
+                if iteration is None or iteration <= resume_iteration:
+                    break
+                records.pop()
+        if scan.damaged:
+            self._set_aside(writer, fs, filename, out, scan.damaged)
+        if records and any(damage.line < records[-1].line for damage in scan.damaged):
+            kept = b"".join(data[record.start : record.end] for record in records)
+            return _Kept(kept, whole=False, prefix=False)
+        end = records[-1].end if records else 0
+        return _Kept(data[:end], whole=end == len(data), prefix=True)
+
+    def _set_aside(
+        self, writer: Any, fs: FileSystem, filename: str, out: str, damaged: list[_Damage]
+    ) -> None:
+        """Write the damaged records to a new side file ``<filename>.damaged-<n>``; warn."""
+        number = 1
+        while fs.exists(os.path.join(out, f"{filename}.damaged-{number}")):
+            number += 1
+        side = f"{filename}.damaged-{number}"
+        writer(side, out, b"".join(damage.data for damage in damaged), savefun=write_bytes)
+        message = (
+            f"LogReport: the log {os.path.join(out, filename)} holds records that cannot be "
+            f"read ({_damage_lines(damaged)}); they are set aside in "
+            f"{os.path.join(out, side)} and the log goes on without them"
+        )
+        warnings.warn(message, UserWarning, stacklevel=2)
 
     def initialize(self, manager: ExtensionsManagerProtocol) -> None:
         """Initialize the extension's own writer, if it was given one."""
@@ -331,7 +400,7 @@ class LogReport(Extension):
         self._iteration = int(to_load.get("iteration", 0))
         # Entries appended after the snapshot are dropped on the next write (one file only):
         # those after its iteration, or after its first n_written for an older snapshot.
-        self._check_file = self._append and "{" not in self._filename
+        self._check_file = "{" not in self._filename
         self._end = None
         if "iteration" in to_load:
             self._resume_iteration, self._resume_count = self._iteration, None
@@ -339,22 +408,41 @@ class LogReport(Extension):
             self._resume_iteration, self._resume_count = None, self._n_written
 
     @staticmethod
-    def read(path: str | os.PathLike[str], format: str | None = None) -> list[Any]:
-        """Read a log file written by a LogReport, ignoring a torn last entry.
+    def read(path: str | os.PathLike[str], format: str | None = None) -> list[dict[str, Any]]:
+        """Read a log file written by a LogReport: every entry that can be read.
 
-        A process killed while writing an entry may leave part of it at the end
-        of the file; this returns every complete entry (a resumed run cuts the
-        torn part off before writing again).
+        A process killed while writing an entry may leave part of it at the end of the
+        file (a torn last entry, also what a reader sees of an entry being written): it
+        is ignored. A record that is complete but cannot be read (damaged: not JSON or
+        YAML, not an entry) is skipped with a warning naming the file and its line, and
+        the entries after it are returned (in a JSON log, from the next entry's line).
+        A resumed run sets both aside in a side file (see :class:`LogReport`).
 
         Args:
             path: The log file.
             format: ``'json'``, ``'json-lines'`` or ``'yaml'``; inferred from the
                 file name when ``None`` (``.jsonl``, ``.yaml``, else ``'json'``).
 
+        Raises:
+            ValueError: An unknown format.
+
         Example:
             >>> entries = LogReport.read("result/log.jsonl")
         """
-        return _read_log(path, format)
+        fmt = _infer_format(os.fspath(path)) if format is None else format
+        if fmt not in _FORMATS:
+            message = f"LogReport.read: format must be one of {list(_FORMATS)}, got {fmt!r}"
+            raise ValueError(message)
+        with open(path, "rb") as f:
+            entries, damaged = _read_log(f.read(), fmt)
+        damaged = [damage for damage in damaged if not damage.torn]
+        if damaged:
+            message = (
+                f"LogReport.read: {os.fspath(path)} holds records that cannot be read "
+                f"({_damage_lines(damaged)}); they are skipped, {len(entries)} entries read"
+            )
+            warnings.warn(message, UserWarning, stacklevel=2)
+        return entries
 
     def to_dataframe(self) -> pandas.DataFrame:
         """Return the log as a :class:`pandas.DataFrame` (needs pandas).
