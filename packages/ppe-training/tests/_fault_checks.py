@@ -3,7 +3,6 @@ the choice of the operations to fail."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import os
@@ -15,8 +14,10 @@ from _fault_runs import Record, Runner
 from _fault_scenarios import END, Scenario
 
 # The operations kept first when a scenario has more than its budget: those that change what
-# a directory holds (commits, retention, cleanup), then those that open or list, then syncs,
-# flushes and closes, then the data's reads and writes.
+# a directory holds or write without a buffer (commits, retention, cleanup, the log's
+# appends in place), then those that open or read a file, those that list a directory or ask
+# about a path, syncs, flushes and closes, and last the buffered writes of a file's data (a
+# kill there leaves what a kill at its close does).
 _PRIORITY = {
     **dict.fromkeys(
         (
@@ -31,11 +32,15 @@ _PRIORITY = {
             "link",
             "truncate",
             "ftruncate",
+            "os.write",
+            "pwrite",
+            "sendfile",
         ),
         0,
     ),
-    **dict.fromkeys(("open:w", "open:r", "listdir", "scandir", "exists", "isdir", "size"), 1),
-    **dict.fromkeys(("fsync", "fsync_dir", "flush", "close"), 2),
+    **dict.fromkeys(("open:r", "read", "open:w"), 1),
+    **dict.fromkeys(("listdir", "scandir", "exists", "isdir", "size"), 2),
+    **dict.fromkeys(("fsync", "fsync_dir", "flush", "close"), 3),
 }
 
 
@@ -46,8 +51,10 @@ def select_operations(
 
     Every operation, except in a run of consecutive operations of one kind on one path (the
     ``write`` calls of ``torch.save`` into one file, the ``read`` calls of ``torch.load``):
-    there its first and last one. Beyond ``budget``, a deterministic sample: the classes of
-    ``_PRIORITY`` in its order, the last class that does not fit whole evenly spaced.
+    there its first and last one. Beyond ``budget``, a deterministic sample: those of the
+    first class of ``_PRIORITY`` (commits, retention, cleanup), then the first operation of
+    each other kind, then the other classes in their order; the part that does not fit whole
+    evenly spaced.
     """
     chosen: list[int] = []
     i = 0
@@ -61,19 +68,25 @@ def select_operations(
     if budget is None or len(chosen) <= budget:
         return chosen
     kinds = {op[0]: op[1] for op in operations}
-    classes: dict[int, list[int]] = collections.defaultdict(list)
-    for index in chosen:
-        classes[_PRIORITY.get(kinds[index], 3)].append(index)
-    kept: list[int] = []
-    for level in sorted(classes):
-        room = budget - len(kept)
-        members = classes[level]
+
+    def priority(index: int) -> int:
+        return _PRIORITY.get(kinds[index], 4)
+
+    def spaced(members: list[int], room: int) -> list[int]:
         if len(members) <= room:
-            kept += members
-            continue
-        if room > 0:
-            kept += [members[k * len(members) // room] for k in range(room)]
-        break
+            return members
+        return [members[k * len(members) // room] for k in range(max(room, 0))]
+
+    kept = spaced([index for index in chosen if priority(index) == 0], budget)
+    firsts: dict[str, int] = {}
+    for index in chosen:
+        if priority(index) > 0:
+            firsts.setdefault(kinds[index], index)
+    kept += sorted(firsts.values(), key=lambda index: (priority(index), index))
+    kept = kept[:budget]
+    for level in (1, 2, 3, 4):
+        members = [index for index in chosen if priority(index) == level and index not in kept]
+        kept += spaced(members, budget - len(kept))
     return sorted(kept)
 
 

@@ -100,6 +100,7 @@ class Record:
 
 
 def status_text(code: int) -> str:
+    """How a child ended, from its wait status."""
     if os.WIFSIGNALED(code):
         return f"killed by signal {os.WTERMSIG(code)}"
     status = os.WEXITSTATUS(code)
@@ -109,7 +110,7 @@ def status_text(code: int) -> str:
 
 
 class Runner:
-    """Forks the children of one scenario and checks what they leave.
+    """Forks the children of one scenario's runs, waits for them and reads their records.
 
     Args:
         scenario: The scenario.
@@ -161,15 +162,16 @@ class Runner:
             events = os.path.join(self.work, f"{tag}.{rank}.events")
             children.append(Child(phase, case, events, own, rank, store))
         pids = [self._fork(child) for child in children]
-        codes = _wait_all(pids)
+        codes = _wait_all(pids, stop_waiting=fault is not None)
         records = []
         for child, code in zip(children, codes, strict=True):
             record = Record.read(child.events)
-            record.status = (
-                status_text(code) if code is not None else "hung (killed by the harness)"
-            )
-            if code == -1:
+            if code is None:
+                record.status = "hung (killed by the harness)"
+            elif code == -1:
                 record.status = STOPPED
+            else:
+                record.status = status_text(code)
             with contextlib.suppress(OSError), open(child.events + ".log", "rb") as f:
                 record.output = f.read()[-3000:].decode(errors="replace")
             for path in (child.events, child.events + ".log"):
@@ -191,13 +193,13 @@ def _cpu_and_state(pid: int) -> tuple[int, str]:
     return int(fields[11]) + int(fields[12]), fields[0]
 
 
-def _wait_all(pids: list[int]) -> list[int | None]:
+def _wait_all(pids: list[int], *, stop_waiting: bool) -> list[int | None]:
     """Wait for the children (the ranks of a case).
 
-    A child running ``CHILD_TIMEOUT`` s is killed: its status is ``None`` (a hang). Once a
-    rank has ended, another that sleeps without using CPU for a moment waits for it (in a
-    collective, until the process group's timeout): it is killed, its status ``-1``; as it
-    is after ``PEER_GRACE`` s anyway.
+    A child running ``CHILD_TIMEOUT`` s is killed: its status is ``None`` (a hang). With
+    ``stop_waiting`` (a run with a fault), once a rank has ended, another that sleeps
+    without using CPU for a moment waits for it (in a collective, until the process group's
+    timeout): it is killed, its status ``-1``; as it is after ``PEER_GRACE`` s anyway.
     """
     codes: dict[int, int | None] = {}
     start = time.monotonic()
@@ -217,13 +219,15 @@ def _wait_all(pids: list[int]) -> list[int | None]:
             stop: int | None = 0
             if now - start > CHILD_TIMEOUT:
                 stop = None
-            elif first_end is not None:
+            elif stop_waiting and first_end is not None:
                 ticks, state = _cpu_and_state(pid)
                 seen, since = idle.get(pid, (-1, now))
-                if ticks != seen or state != "S":
-                    idle[pid] = (ticks, now)
-                elif now - since > 0.3 or now - first_end > PEER_GRACE:
+                if now - first_end > PEER_GRACE:
                     stop = -1
+                elif ticks != seen or state != "S":
+                    idle[pid] = (ticks, now)  # working (or runnable)
+                elif now - since > 0.3:
+                    stop = -1  # asleep, no CPU used since: waiting for its peer
             if stop != 0:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -290,6 +294,12 @@ class S3Store:
         self._context = context
         self._client: Any = None
         self.bucket = context["bucket"]
+        # A first pfio S3 file system here loads botocore's models once for every child
+        # (pfio checks the bucket with one request; its connection stays unused).
+        import pfio  # type: ignore[import-untyped]
+
+        os.environ.update(context["env"])
+        self._warm = pfio.v2.from_url(f"s3://{self.bucket}", endpoint=context["endpoint"])
 
     @property
     def client(self) -> Any:
@@ -362,11 +372,19 @@ def _threads() -> int:
 
 
 def import_all(modules: Iterable[str]) -> None:
-    """Import the modules a child imported, so that the next children need not."""
+    """Import the modules a child imported, so that the next children need not.
+
+    Raises:
+        SetupError: An import started a thread: forking would be unsafe.
+    """
+    threads = _threads()
     for name in modules:
         if name not in sys.modules and not name.startswith("__"):
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
+    if _threads() > threads:
+        message = f"importing the children's modules started {_threads() - threads} thread(s)"
+        raise SetupError(message)
 
 
 def warm_up(work: str) -> None:

@@ -48,7 +48,7 @@ class Scenario:
         foreign: Put foreign entries named like old snapshots in the output directory.
         s3: Through pfio on the local S3 server instead of the local disk.
         budget: At most this many operations of each rank are faulted (a deterministic
-            sample beyond: see :func:`select_operations`); ``None``: all of them.
+            sample beyond: ``_fault_checks.select_operations``); ``None``: all of them.
     """
 
     name: str
@@ -97,7 +97,7 @@ SCENARIOS = {
             "DEFAULT, n_retains=2, foreign entries named like old snapshots",
             n_retains=2,
             foreign=True,
-            budget=20,
+            budget=18,
         ),
         Scenario(
             "default_rewrite",
@@ -110,7 +110,7 @@ SCENARIOS = {
             "SHARDED, one name saved twice an epoch (snapshot_epoch_{.epoch})",
             mode="SHARDED",
             filename="snapshot_epoch_{.epoch}",
-            budget=16,
+            budget=18,
         ),
         Scenario(
             "sharded_retention",

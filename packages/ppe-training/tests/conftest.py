@@ -1,6 +1,8 @@
 """Shared helpers of the ppe-training tests (as fixtures): free TCP ports, OpenMPI's mpirun,
 ``python -m torch.distributed.run``, the uninterrupted run of ``sharded_train.py`` that
-resumed runs are compared with, and a single-node Slurm cluster."""
+resumed runs are compared with, and a single-node Slurm cluster; and the summary of the
+fault-injection tests' counts at the end of the session. No test may leave a torch.distributed
+process group behind (``no_leaked_process_group``)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,37 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+
+def _group_initialized() -> bool:
+    dist = sys.modules.get("torch.distributed")  # not imported here: no test used it yet
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
+def _destroy_group() -> None:
+    sys.modules["torch.distributed"].destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_process_group(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test that leaves torch.distributed's default process group initialized.
+
+    The group is destroyed then, so that the next tests start without one; a test that finds
+    one already (left by code outside these tests) fails too.
+    """
+    if _group_initialized():
+        _destroy_group()
+        pytest.fail(
+            f"torch.distributed's default process group was already initialized when "
+            f"{request.node.nodeid} started (not by a test of this package: they are checked)"
+        )
+    yield
+    if _group_initialized():
+        _destroy_group()
+        pytest.fail(
+            f"{request.node.nodeid} left torch.distributed's default process group "
+            "initialized: call torch.distributed.destroy_process_group() before it ends"
+        )
 
 
 def _free_port() -> int:
@@ -194,3 +227,41 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_slurm.S
         yield cluster
     finally:
         cluster.stop()
+
+
+# The counts each fault-injection test records (test_fault_injection.py, as the user property
+# "fault_injection" of its report: pytest-xdist sends reports from its workers to the
+# controller, where this hook collects them), printed by pytest_terminal_summary.
+_fault_counts: list[dict[str, Any]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    for name, value in report.user_properties:
+        if name == "fault_injection" and isinstance(value, dict):
+            _fault_counts.append(value)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _fault_counts:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("fault injection")
+    cases = failures = 0
+    for counts in sorted(_fault_counts, key=lambda c: str(c["scenario"])):
+        cases += counts["cases"]
+        failures += counts["failures"]
+        sampled = " (sampled)" if counts["sampled"] else ""
+        refused = f", {counts['refused']} resumes refused loudly" if counts["refused"] else ""
+        write(
+            f"{counts['scenario']}: {counts['operations']} operations, {counts['faulted']} "
+            f"faulted{sampled} x {counts['faults']} faults = {counts['cases']} cases "
+            f"({counts['resumes']} distinct resumes), {counts['failures']} broken "
+            f"invariants{refused}"
+        )
+    verdict = "none lost anything" if not failures else f"{failures} broken invariants"
+    write(
+        f"fault injection: {cases} cases (operation x fault) in {len(_fault_counts)} "
+        f"scenarios, {verdict}"
+    )

@@ -79,8 +79,10 @@ def snapshot(
 
     With ``autoload``, the newest complete snapshot in the output directory (by the
     iteration in its name, never by modification time; writers' hidden temporary files
-    are ignored) is loaded when training starts; if it cannot be read (truncated,
-    corrupted), the previous one is tried, with a warning. Loading uses
+    are ignored) is loaded when training starts; if its content is damaged (truncated,
+    corrupted, not a snapshot), the previous one is tried, with a warning naming it. An
+    ``OSError`` while reading it (an NFS or S3 hiccup) is raised, naming the file: it is
+    not damage, and skipping it would let the run overwrite a good snapshot. Loading uses
     ``torch.load(..., weights_only=True, map_location='cpu')``: a snapshot may hold only
     tensors, numbers, strings, ``None`` and lists/dicts of them; register other classes
     with ``torch.serialization.add_safe_globals``.
@@ -94,12 +96,15 @@ def snapshot(
     resumes on any number of ranks; its autoload also reads PPE 0.9's SHARDED directories.
     Every rank must run these at the same iterations; a rank that does not arrive within
     the process group's timeout is named in the error. A committed directory with a missing
-    shard is an error naming it.
+    shard is an error naming it; a directory that never committed (no readable manifest)
+    is skipped with a warning and left as it is.
 
     Every mode writes, deletes (``n_retains``) and autoloads through the writer's file
     system (``writer.fs``: a local disk, or object storage through pfio or fsspec). A
-    snapshot never deletes or replaces what it cannot read as a snapshot: a name that
-    collides with such a file or directory is an error naming it. See
+    snapshot never deletes or replaces what it cannot read as its own (a file that does
+    not start as a snapshot, a symbolic link, a directory without a readable manifest):
+    a name that collides with one is an ``FileExistsError`` naming it, and retention
+    leaves it, with a warning. What survives which fault, proved by injecting each one:
     ``docs/sharded-snapshots.md``.
 
     Args:
