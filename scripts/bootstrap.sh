@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create (or refresh) the workspace environment .venv: torch at workspace.toml's pin (pip finds
 # the CPU build on this machine's disk), every component installed editable with the extras its
-# tests use (workspace.toml), the test tools (workspace.toml) and the development tools
-# (requirements-dev.txt). Re-runs only when one of these files or a pyproject.toml changed.
+# tests use (workspace.toml), the test tools, the S3 server and the components' test-requires
+# (workspace.toml) and the development tools (requirements-dev.txt). Re-runs only when one of
+# these files or a pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}

@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # Every check of the project, in the order CI runs them (called by `make test` and .ci/run).
-# Prints one timing line per step; stops at the first failure.
+# Prints one timing line per step; stops at the first failure. Ends with which real-component
+# suites (OpenMPI, Slurm, the S3 server, ignite...) ran and which skipped, with their counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 V=.venv/bin
 SCRATCH=$(mktemp -d)
-trap 'rm -rf "$SCRATCH"' EXIT
+# Every pytest run below writes there the counts of its real-component tests (the root
+# conftest.py); scripts/real_components.py sums them up at the end, or where a step failed.
+export PPE_REAL_COMPONENTS_DIR="$SCRATCH/real-components"
+summed=no
+finish() {
+  if [ "$summed" = no ] && [ -d "$PPE_REAL_COMPONENTS_DIR" ]; then
+    "$V/python" scripts/real_components.py "$PPE_REAL_COMPONENTS_DIR" || true
+  fi
+  rm -rf "$SCRATCH"
+}
+trap finish EXIT
 export MPLBACKEND=Agg NO_MKDOCS_2_WARNING=1
 # The environments compile their modules at first import (bootstrap.sh compiles only torch at
 # install, isolated.sh nothing): Python writes the .pyc files for the next process.
@@ -73,3 +84,5 @@ beside "main job" "$V/python" examples/train_digits.py --out "$SCRATCH/result"
 beside "docs (mkdocs --strict)" "$V/mkdocs" build --strict --quiet --site-dir "$SCRATCH/site"
 together
 echo "== all checks passed in $SECONDS s"
+summed=yes
+"$V/python" scripts/real_components.py "$PPE_REAL_COMPONENTS_DIR"

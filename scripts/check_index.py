@@ -461,10 +461,14 @@ def scenario_lowest(index: Index) -> str:
             for n, v in {**lowest, dist: index.versions[dist]}.items()
         ]
         index.uv("pip", "install", "-q", "--python", str(python), *requirements, *TEST_TOOLS)
+        # A check of our lowest ranges, not of the real components (the S3 server, mpi4py are
+        # not installed here): their tests may skip, even in CI, and are not counted (conftest.py)
+        env = {k: v for k, v in index.env.items() if k != "PPE_REAL_COMPONENTS_DIR"}
         tests = index.run(
             [str(python), "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
              "-p", "no:cacheprovider", "-q", str(ROOT / "packages" / dist / "tests")],
             cwd=python.parent.parent,
+            env={**env, "PPE_REQUIRE_REAL_COMPONENTS": "0"},
         )  # fmt: skip
         notes.append(f"{dist}: with {summary}: {tests.stdout.strip().splitlines()[-1]}")
     return "; ".join(notes)

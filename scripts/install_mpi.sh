@@ -2,7 +2,7 @@
 # Install what the `mpi`-marked tests need: OpenMPI (Debian's openmpi-bin and libopenmpi-dev, as
 # root, when `mpirun` is missing) and mpi4py into the workspace environment .venv.
 # Idempotent: does nothing when both are already there. Called by CI before the test suite;
-# without them the `mpi` tests skip with a message naming this script.
+# without them the `mpi` tests skip with a message naming this script (in CI they fail).
 # Usage: scripts/install_mpi.sh   (environment: VENV=.venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."

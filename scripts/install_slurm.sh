@@ -2,7 +2,8 @@
 # Install what the `slurm`-marked tests need: Debian's Slurm (slurm-wlm: slurmctld, slurmd and the
 # client commands sbatch, scontrol...) and munge, as root, when slurmctld, slurmd, sbatch or
 # munged is missing. Idempotent: does nothing when they are all there. Called by CI before the
-# test suite; without them the `slurm` tests skip with a message naming this script.
+# test suite; without them the `slurm` tests skip with a message naming this script (in CI they
+# fail).
 # Starts no daemon: the tests run their own munged, slurmctld and slurmd, with their own key,
 # configuration, ports and logs (packages/ppe-training/tests/_slurm.py). While the packages are
 # installed, policy-rc.d keeps their scripts from starting the system's munge and Slurm services.

@@ -6,11 +6,12 @@ one item per line::
     python scripts/workspace.py names                  # the components, in workspace.toml's order
     python scripts/workspace.py torch                  # the torch requirement
     python scripts/workspace.py mpi                    # the mpi4py requirement of the mpi tests
-    python scripts/workspace.py dev-requirements       # .venv's test tools and S3 server
+    python scripts/workspace.py dev-requirements       # .venv's test tools, S3 server, test-requires
     python scripts/workspace.py editables              # .venv's components: packages/<name>[extras]
     python scripts/workspace.py requirements ppe-core --dist DIST   # ppe-core's isolated environment
     python scripts/workspace.py workers ppe-core       # pytest-xdist workers of its isolated run
     python scripts/workspace.py torch-free ppe-config  # "yes" or "no"
+    python scripts/workspace.py isolated-without ppe-config  # extras its isolated env leaves out
 
 Standard library only: scripts/bootstrap.sh runs it before any environment exists.
 """
@@ -31,7 +32,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 FILE = ROOT / "workspace.toml"
 TOP_KEYS = {"torch", "test-tools", "s3-server", "mpi", "meta", "components"}
 COMPONENT_KEYS = {
-    "owns", "torch", "extras", "isolated-without", "needs", "s3-server", "mpi", "workers",
+    "owns", "torch", "extras", "isolated-without", "needs", "test-requires", "s3-server", "mpi",
+    "workers",
 }  # fmt: skip
 # `name` or `name[extra,extra]`: the form of `needs`
 NAME_WITH_EXTRAS = re.compile(r"^([A-Za-z0-9._-]+)(?:\[([A-Za-z0-9._,-]*)\])?$")
@@ -66,6 +68,7 @@ class Component:
     extras: tuple[str, ...] = ()
     isolated_without: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
+    test_requires: tuple[str, ...] = ()
     s3_server: bool = False
     mpi: bool = False
     workers: int = 1
@@ -101,8 +104,12 @@ class Workspace:
         return (*self.components, self.meta)
 
     def dev_requirements(self) -> list[str]:
-        """The test tools and the S3 server of the workspace environment (.venv)."""
-        return [*self.test_tools, self.s3_server]
+        """The test tools, the S3 server and every component's ``test-requires`` (once each):
+        what the workspace environment (.venv) installs besides the components and torch."""
+        wanted = [*self.test_tools, self.s3_server]
+        for component in self.components.values():
+            wanted += [r for r in component.test_requires if r not in wanted]
+        return wanted
 
     def editables(self) -> list[str]:
         """``packages/<name>[extras]`` of every component, as .venv installs them (editable)."""
@@ -115,7 +122,7 @@ class Workspace:
     ) -> list[str]:
         """What ``name``'s isolated environment installs: the wheels in ``dist`` of it and of
         what it needs (with extras), torch, the S3 server, mpi4py where OpenMPI is installed,
-        and the test tools."""
+        its ``test-requires`` and the test tools."""
         component = self.component(name)
         if mpi_available is None:
             mpi_available = shutil.which("mpirun") is not None
@@ -129,6 +136,7 @@ class Workspace:
             *([self.torch] if component.torch else []),
             *([self.s3_server] if component.s3_server else []),
             *([self.mpi] if component.mpi and mpi_available else []),
+            *component.test_requires,
             *self.test_tools,
         ]
 
@@ -185,6 +193,7 @@ def parse(text: str) -> Workspace:
                 f"{where} isolated-without", table.get("isolated-without", [])
             ),
             needs=_strings(f"{where} needs", table.get("needs", [])),
+            test_requires=_strings(f"{where} test-requires", table.get("test-requires", [])),
             s3_server=_typed(f"{where} s3-server", table.get("s3-server", False), bool),
             mpi=_typed(f"{where} mpi", table.get("mpi", False), bool),
             workers=_typed(f"{where} workers", table.get("workers", 1), int),
@@ -234,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     requirements = commands.add_parser("requirements", help="a component's isolated environment")
     requirements.add_argument("component")
     requirements.add_argument("--dist", required=True, type=pathlib.Path, help="the wheels")
-    for command in ("workers", "torch-free"):
+    for command in ("workers", "torch-free", "isolated-without"):
         commands.add_parser(command).add_argument("component")
     args = parser.parse_args(argv)
     try:
@@ -253,12 +262,15 @@ def main(argv: list[str] | None = None) -> int:
             lines = workspace.isolated_requirements(args.component, args.dist)
         elif args.command == "workers":
             lines = [str(workspace.component(args.component).workers)]
+        elif args.command == "isolated-without":
+            lines = list(workspace.component(args.component).isolated_without)
         else:
             lines = ["no" if workspace.component(args.component).torch else "yes"]
     except WorkspaceError as error:
         print(f"{parser.prog}: {error}", file=sys.stderr)
         return 2
-    print("\n".join(lines))
+    for line in lines:  # none: no output
+        print(line)
     return 0
 
 

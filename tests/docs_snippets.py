@@ -9,6 +9,19 @@ the rendered page does not see, steer the run; each sits on its own lines:
   - ``<!-- setup: CODE -->`` runs ``CODE`` first (a toy ``dataset`` the text takes as given);
   - ``<!-- skip: REASON -->`` never runs the block; the reason is required;
   - ``<!-- requires: cuda, cupy -->`` runs it only where CUDA works and each module imports;
+    ``requires: s3`` where the runner provides a local S3 server, its URL in the environment
+    (``AWS_ENDPOINT_URL``, which boto3, s3fs and pfio read, with the credentials);
+  - ``<!-- script: python -->`` or ``<!-- script: torchrun N -->`` runs the block as a script
+    of its own, in a new directory: its setups, the block, then its checks (under
+    ``if __name__ == "__main__":``, so that spawned children do not run them) go into one
+    file at their lines of the page, run by ``python FILE`` or by torchrun on ``N`` local
+    processes (gloo); it must exit 0, and the checks run in every process. For a block that
+    needs a file of its own (a spawned child imports from it) or several processes. The page's
+    namespace is not the script's, and ``printed``, ``warned`` and ``block`` are not defined
+    there; a warning the script would show is an error;
+  - ``<!-- signature: MODULE.NAME -->`` (the block is a signature, ``name(a, *, b=1)``) checks
+    that the object's parameters are the ones shown (names, kinds, defaults; a leading
+    ``self`` aside) instead of running the block;
   - ``<!-- file: NAME -->`` (before a block of any language, such as YAML) writes the block's
     text to ``NAME``, for the blocks that read it;
 
@@ -26,18 +39,46 @@ from __future__ import annotations
 import ast
 import contextlib
 import doctest
+import importlib
 import importlib.util
+import inspect
 import io
+import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
 import textwrap
 import warnings
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BEFORE = ("setup", "skip", "requires", "file")
+BEFORE = ("setup", "skip", "requires", "script", "signature", "file")
 AFTER = ("check",)
 PYTHON = ("python", "py", "pycon")
+# Requirements that are not modules: what the runner provides (run_page's ``services``).
+SERVICES = {"s3": "a local S3 server (AWS_ENDPOINT_URL)"}
+SCRIPT_TIMEOUT = 300  # seconds; a hung collective ends the ranks long before
+# The warnings Python shows for a script (its own deprecations, not its libraries'), as errors.
+SCRIPT_WARNINGS = ",".join(
+    [
+        "error",
+        *(
+            f"ignore::{category.__name__}"
+            for category in (
+                DeprecationWarning,
+                PendingDeprecationWarning,
+                ImportWarning,
+                ResourceWarning,
+            )
+        ),
+        "error::DeprecationWarning:__main__",
+    ]
+)
+_LAUNCHER = re.compile(r"^(python|torchrun ([1-9][0-9]*))$")
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 _MARKER = re.compile(r"^<!--\s*(?P<name>[a-z][a-z-]*):(?P<text>.*?)-->\s*$", re.DOTALL)
@@ -71,14 +112,25 @@ class Block:
     def markers(self, name: str) -> list[Marker]:
         return [marker for marker in self.before if marker.name == name]
 
-    def skip_reason(self) -> str | None:
-        """Why the block does not run here, or ``None`` when it runs."""
+    def requirements(self) -> list[str]:
+        """The names of its ``requires`` markers."""
+        return [
+            name.strip() for marker in self.markers("requires") for name in marker.text.split(",")
+        ]
+
+    def skip_reason(self, services: Collection[str] = ()) -> str | None:
+        """Why the block does not run here, or ``None`` when it runs.
+
+        ``services`` names the ``SERVICES`` the runner provides.
+        """
         for marker in self.markers("skip"):
             return marker.text.strip()
-        for marker in self.markers("requires"):
-            for requirement in (name.strip() for name in marker.text.split(",")):
-                if not requirement_met(requirement):
-                    return f"needs {'a CUDA device' if requirement == 'cuda' else requirement}"
+        for requirement in self.requirements():
+            if requirement in SERVICES:
+                if requirement not in services:
+                    return f"needs {SERVICES[requirement]}"
+            elif not requirement_met(requirement):
+                return f"needs {'a CUDA device' if requirement == 'cuda' else requirement}"
         return None
 
 
@@ -163,6 +215,12 @@ def _marker(comment: str, line: int, page: str) -> Marker | None:
             "is computed and thrown away, so the check could never fail"
         )
         raise MarkerError(message)
+    if marker_name == "script" and not _LAUNCHER.match(content.strip()):
+        message = (
+            f"{page}:{line}: unknown launcher {content.strip()!r}: "
+            "'python' or 'torchrun N' (N processes)"
+        )
+        raise MarkerError(message)
     return Marker(marker_name, content, line)
 
 
@@ -188,6 +246,7 @@ def _attach(items: list[Block | Marker | None], page: str) -> list[Block]:
                     message = f"{page}:{marker.line}: {marker.name!r} precedes a {language} block"
                     raise MarkerError(message)
             item.before, pending = pending, []
+            _no_conflict(item, page)
             if item.is_python or item.markers("file"):
                 blocks.append(item)
             previous = item
@@ -206,14 +265,38 @@ def _attach(items: list[Block | Marker | None], page: str) -> list[Block]:
             previous = None
     if pending:
         raise MarkerError(f"{page}:{pending[0].line}: {pending[0].name!r} precedes no block")
+    for block in blocks:
+        if block.markers("signature") and block.checks:
+            message = f"{page}:{block.checks[0].line}: a signature block takes no check"
+            raise MarkerError(message)
     return blocks
 
 
-def run_page(page: Page) -> list[Block]:
+def _no_conflict(block: Block, page: str) -> None:
+    """A block is a signature, a script or a part of the page: one of them."""
+    names = [marker.name for marker in block.before]
+    for name in ("script", "signature"):
+        if names.count(name) > 1:
+            raise MarkerError(f"{page}:{block.line}: more than one {name!r} marker")
+    if "signature" in names and len(set(names) - {"skip", "requires"}) > 1:
+        message = f"{page}:{block.line}: a signature block takes no setup, script or file"
+        raise MarkerError(message)
+
+
+Rerun = Callable[["subprocess.CompletedProcess[str]"], bool]
+
+
+def run_page(
+    page: Page, services: Collection[str] = (), rerun_if: Rerun | None = None
+) -> list[Block]:
     """Run the page's blocks in the current directory; return those skipped here.
 
+    ``services`` names the ``SERVICES`` the caller provides. A script that fails so that
+    ``rerun_if(process)`` is true (a known abort of a library, never the script's own failure)
+    runs again from a new directory, up to three runs in all.
+
     Raises whatever a block, its setup or its checks raise; ``AssertionError`` for a failed
-    doctest or a warning no check took.
+    doctest, a warning no check took, a script that failed, or a signature that differs.
     """
     scope: dict[str, Any] = {"__name__": "__main__", "__file__": str(page.path)}
     skipped = []
@@ -222,8 +305,14 @@ def run_page(page: Page) -> list[Block]:
             Path(marker.text.strip()).write_text(block.code)
         if not block.is_python:
             continue
-        if block.skip_reason() is not None:
+        if block.skip_reason(services) is not None:
             skipped.append(block)
+            continue
+        if block.markers("signature"):
+            _check_signature(page, block, block.markers("signature")[0])
+            continue
+        if block.markers("script"):
+            _run_script(page, block, rerun_if)
             continue
         for marker in block.markers("setup"):
             _, warned = _execute(page, marker.line, marker.text, scope, "setup")
@@ -234,6 +323,146 @@ def run_page(page: Page) -> list[Block]:
             _execute(page, marker.line, marker.text, scope, "check", extra)
         _no_warnings(f"{page.name}:{block.line}: the block", warned)
     return skipped
+
+
+def _check_signature(page: Page, block: Block, marker: Marker) -> None:
+    """Compare the signature the block shows with that of the object the marker names."""
+    where = f"{page.name}:{block.line}"
+    target = marker.text.strip()
+    try:
+        tree = ast.parse(f"def {block.code.strip()}: pass")
+    except SyntaxError as error:
+        message = f"{where}: not a signature such as `name(a, *, b=1)`: {block.code.strip()!r}"
+        raise AssertionError(message) from error
+    (definition,) = tree.body  # `def` and one line: one function
+    assert isinstance(definition, ast.FunctionDef)
+    scope: dict[str, Any] = {}
+    exec(compile(tree, where, "exec"), scope)  # the defaults shown are evaluated
+    shown = scope[definition.name]
+    documented = _parameters(inspect.signature(shown))
+    actual = _parameters(inspect.signature(_resolve(target, where)))
+    if actual[:1] and actual[0][0] == "self" and documented[:1] != actual[:1]:
+        actual = actual[1:]
+    if documented != actual:
+        message = (
+            f"{where}: the signature shown differs from {target}'s:\n"
+            f"  shown:  {_format(documented)}\n  actual: {_format(actual)}"
+        )
+        raise AssertionError(message)
+
+
+def _parameters(signature: inspect.Signature) -> list[tuple[str, str, str]]:
+    """Name, kind and default (its type and repr, so that ``True`` is not ``1``) of each."""
+    return [
+        (
+            parameter.name,
+            parameter.kind.description,
+            ""
+            if parameter.default is inspect.Parameter.empty
+            else f"{type(parameter.default).__name__} {parameter.default!r}",
+        )
+        for parameter in signature.parameters.values()
+    ]
+
+
+def _format(parameters: list[tuple[str, str, str]]) -> str:
+    return ", ".join(
+        f"{name} ({kind}{', default ' + default if default else ''})"
+        for name, kind, default in parameters
+    )
+
+
+def _resolve(target: str, where: str) -> Any:
+    """The object named ``package.module.attribute...``: the longest importable module, then
+    its attributes."""
+    parts = target.split(".")
+    for end in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        for attribute in parts[end:]:
+            try:
+                obj = getattr(obj, attribute)
+            except AttributeError:
+                raise AssertionError(f"{where}: {target} does not exist") from None
+        return obj
+    raise AssertionError(f"{where}: no module of {target} imports")
+
+
+def _run_script(page: Page, block: Block, rerun_if: Rerun | None) -> None:
+    """Run the block as a script (see ``script`` in the module's docstring)."""
+    (marker,) = block.markers("script")
+    launcher = marker.text.strip()
+    name = f"{Path(page.name).stem}_md_{block.line}".replace("-", "_")
+    source = _script_source(block)
+    command = [sys.executable]
+    if launcher != "python":
+        nproc = launcher.split()[1]
+        command += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": SCRIPT_WARNINGS}
+    for _ in range(3):
+        directory = Path(name).resolve()
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir()
+        (directory / f"{name}.py").write_text(source)
+        process = _run([*command, f"{name}.py"], directory, environment)
+        if process.returncode == 0 or rerun_if is None or not rerun_if(process):
+            break
+    if process.returncode != 0:
+        errors = process.stderr  # a rank's traceback, then torchrun's summary
+        if len(errors) > 8000:
+            errors = f"{errors[:5000]}\n[...]\n{errors[-3000:]}"
+        message = (
+            f"{page.name}:{block.line}: the script ({launcher}) exited with "
+            f"{process.returncode}; it printed:\n{process.stdout[-3000:]}\n"
+            f"and its errors:\n{errors}"
+        )
+        raise AssertionError(message)
+
+
+def _script_source(block: Block) -> str:
+    """The setups, the block and its checks, each at its lines of the page."""
+    lines: list[str] = []
+
+    def place(first: int, text: str) -> None:  # ``first``: the 1-based page line of ``text``
+        lines.extend([""] * (first - 1 - len(lines)))
+        lines.extend(text.rstrip("\n").split("\n"))
+
+    for marker in block.markers("setup"):
+        place(marker.line, marker.text)
+    place(block.line + 1, block.code)
+    if block.checks:
+        place(block.checks[0].line - 1, 'if __name__ == "__main__":  # not in spawned children')
+        for marker in block.checks:
+            place(marker.line, textwrap.indent(marker.text, "    "))
+    return "\n".join(lines) + "\n"
+
+
+def _run(
+    command: list[str], directory: Path, environment: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in ``directory``; on timeout end it with its children (torchrun's
+    workers) and raise."""
+    with subprocess.Popen(
+        command,
+        cwd=directory,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=SCRIPT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            message = (
+                f"{command[-1]} ran for more than {SCRIPT_TIMEOUT} s; its errors:\n{stderr[-6000:]}"
+            )
+            raise AssertionError(message) from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _no_warnings(what: str, warned: list[warnings.WarningMessage]) -> None:

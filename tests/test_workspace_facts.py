@@ -38,6 +38,15 @@ def load_workspace_module() -> ModuleType:
 
 ws = load_workspace_module()
 WORKSPACE = ws.load()
+# Every requirement workspace.toml pins: torch, the test tools, the S3 server, mpi4py, and the
+# components' test-requires.
+FACTS = (
+    WORKSPACE.torch,
+    *WORKSPACE.test_tools,
+    WORKSPACE.s3_server,
+    WORKSPACE.mpi,
+    *(r for c in WORKSPACE.components.values() for r in c.test_requires),
+)
 
 
 def pyproject(folder: pathlib.Path) -> dict[str, Any]:
@@ -157,10 +166,9 @@ def scanned_files() -> list[pathlib.Path]:
 
 
 def pinned(text: str) -> list[str]:
-    """Every requirement in ``text`` on torch (``==``) or a test tool (any version specifier)."""
-    names = [
-        Requirement(r).name for r in (*WORKSPACE.test_tools, WORKSPACE.s3_server, WORKSPACE.mpi)
-    ]
+    """Every requirement in ``text`` on torch (``==``) or a test tool or test-requires (any
+    version specifier)."""
+    names = [Requirement(r).name for r in FACTS if Requirement(r).name != "torch"]
     tools = "|".join(
         re.escape(n) + r"(?:\[[\w,-]+\])?" for n in sorted(names, key=len, reverse=True)
     )
@@ -190,10 +198,7 @@ def test_no_script_or_requirements_file_pins_torch_or_a_test_tool() -> None:
 
 
 def test_every_other_pin_of_torch_or_a_test_tool_is_workspace_tomls() -> None:
-    facts = {
-        Requirement(r).name: r
-        for r in (WORKSPACE.torch, *WORKSPACE.test_tools, WORKSPACE.s3_server, WORKSPACE.mpi)
-    }
+    facts = {Requirement(r).name: r for r in FACTS}
     found = 0
     for file in scanned_files():
         for requirement in pinned(file.read_text()):
@@ -218,11 +223,9 @@ def members_of(environment: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]
 
 
 def fact_requirements(requirements: list[str]) -> list[str]:
-    """Those of ``requirements`` on torch, the test tools, the S3 server or mpi4py."""
-    names = {
-        Requirement(r).name
-        for r in (WORKSPACE.torch, *WORKSPACE.test_tools, WORKSPACE.s3_server, WORKSPACE.mpi)
-    }
+    """Those of ``requirements`` on torch, the test tools, the S3 server, mpi4py or the
+    test-requires."""
+    names = {Requirement(r).name for r in FACTS}
     return [r for r in requirements if Requirement(r).name in names]
 
 
@@ -243,7 +246,8 @@ def hatch_environments(tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
 
 
 def installs(environment: dict[str, Any]) -> list[str]:
-    """What ``environment`` installs of torch, the test tools, the S3 server and mpi4py."""
+    """What ``environment`` installs of torch, the test tools, the S3 server, mpi4py and the
+    test-requires."""
     requirements = [
         *environment.get("dependencies", []),
         *environment.get("extra-dependencies", []),
@@ -258,7 +262,10 @@ def test_hatchs_environments_are_workspace_tomls(hatch_environments: dict[str, A
     assert sorted(members_of(everything)) == sorted(
         member(f"packages/{name}", c.extras) for name, c in WORKSPACE.components.items()
     )
-    assert installs(everything) == sorted([*tools, WORKSPACE.torch, WORKSPACE.s3_server])
+    test_requires = [r for c in WORKSPACE.components.values() for r in c.test_requires]
+    assert installs(everything) == sorted(
+        [*tools, WORKSPACE.torch, WORKSPACE.s3_server, *test_requires]
+    )
     # the others: one per component, its isolated environment (scripts/isolated.sh) but mpi4py
     by_component = {}
     for env_name, environment in hatch_environments.items():
@@ -276,6 +283,7 @@ def test_hatchs_environments_are_workspace_tomls(hatch_environments: dict[str, A
         assert members_of(environment) == expected, env_name
         wanted = [*tools, *[WORKSPACE.torch] * component.torch]
         wanted += [WORKSPACE.s3_server] * component.s3_server
+        wanted += component.test_requires
         assert installs(environment) == sorted(wanted), env_name
 
 
@@ -294,6 +302,7 @@ torch = true
 extras = ["a", "b", "c"]
 isolated-without = ["b"]
 needs = ["base[x]"]
+test-requires = ["kernel==3.0"]
 s3-server = true
 mpi = true
 workers = 2
@@ -321,10 +330,11 @@ def test_an_isolated_environment_has_the_wheels_extras_torch_servers_and_tools(
         "torch==9.9",
         "moto[server]==2.0",
         "mpi4py>=4,<5",
+        "kernel==3.0",
         "pytest==1.0",
     ]
     assert "mpi4py>=4,<5" not in example.isolated_requirements("top", dist, mpi_available=False)
-    # torch-free: no torch, no S3 server; no extras left out
+    # torch-free: no torch, no S3 server, no test-requires; no extras left out
     assert example.isolated_requirements("base", dist) == [
         f"{dist}/base-0.2.0-py3-none-any.whl[x]",
         "pytest==1.0",
@@ -334,7 +344,7 @@ def test_an_isolated_environment_has_the_wheels_extras_torch_servers_and_tools(
 def test_the_workspace_environment_installs_every_extra_and_the_meta_comes_last() -> None:
     example = ws.parse(EXAMPLE)
     assert example.editables() == ["packages/top[a,b,c]", "packages/base[x]"]
-    assert example.dev_requirements() == ["pytest==1.0", "moto[server]==2.0"]
+    assert example.dev_requirements() == ["pytest==1.0", "moto[server]==2.0", "kernel==3.0"]
     assert example.names == ("top", "base", "meta")
 
 
@@ -352,6 +362,10 @@ def test_the_workspace_environment_installs_every_extra_and_the_meta_comes_last(
         ),
         (("torch = false", "torch = 0"), "[components.base] torch must be a bool, got 0"),
         (("workers = 2", "workers = true"), "workers must be a int, got True"),
+        (
+            ('test-requires = ["kernel==3.0"]', 'test-requires = "kernel==3.0"'),
+            "[components.top] test-requires must be a list of strings, got 'kernel==3.0'",
+        ),
         (('torch = "torch==9.9"', ""), "torch must be a str, got None"),
     ],
 )
@@ -393,6 +407,9 @@ def test_the_command_line_prints_one_item_per_line(dist: pathlib.Path) -> None:
     listed = workspace_cli("requirements", name, "--dist", str(dist)).stdout.splitlines()
     assert listed == WORKSPACE.isolated_requirements(name, dist)
     assert workspace_cli("workers", name).stdout.strip() == str(WORKSPACE.components[name].workers)
+    for other, component in WORKSPACE.components.items():
+        listed = workspace_cli("isolated-without", other).stdout.splitlines()
+        assert listed == list(component.isolated_without), other
     free = [n for n, c in WORKSPACE.components.items() if not c.torch]
     assert [
         n for n in WORKSPACE.components if workspace_cli("torch-free", n).stdout == "yes\n"
@@ -419,3 +436,21 @@ def test_no_script_spells_out_the_list_of_components() -> None:
             window = "\n".join(lines[start : start + 7])
             found = set(names.findall(window))
             assert len(found) < 5, f"{file}:{start + 1} lists {sorted(found)}: read workspace.toml"
+
+
+def test_the_environments_of_the_notebook_test_have_a_jupyter_kernel(dist: pathlib.Path) -> None:
+    # test_notebook_kernel.py skips without them (the `notebook` extra brings ipywidgets only):
+    # ppe-training's isolated environment, where it runs, and .venv must install them.
+    for wheel in dist.iterdir():
+        wheel.unlink()
+    for name in WORKSPACE.components:
+        (dist / f"{name.replace('-', '_')}-0.1.0-py3-none-any.whl").touch()
+    kernel = {"nbclient", "nbformat", "ipykernel"}
+    isolated = WORKSPACE.isolated_requirements("ppe-training", dist)
+    assert kernel <= {Requirement(r).name for r in isolated[2:]}  # after the two wheels
+    assert kernel <= {Requirement(r).name for r in WORKSPACE.dev_requirements()}
+    # a test requirement, never one of the wheel's
+    metadata = pyproject(WORKSPACE.components["ppe-training"].folder)["project"]
+    extras = metadata["optional-dependencies"].values()
+    declared = [*metadata["dependencies"], *(r for requirements in extras for r in requirements)]
+    assert kernel.isdisjoint(Requirement(r).name for r in declared)

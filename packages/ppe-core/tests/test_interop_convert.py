@@ -5,7 +5,7 @@ from typing import Any
 import numpy
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -284,6 +284,7 @@ def _sliced_arrays() -> st.SearchStrategy[numpy.ndarray[Any, Any]]:
     )
 
 
+@settings(deadline=None)
 @given(_sliced_arrays())
 def test_round_trip_preserves_values_dtype_and_shape_of_any_view(array: Any) -> None:
     tensor = from_ndarray(array)

@@ -202,11 +202,7 @@ def test_default_reduction_rejects_sparse_gradients(ranks: list[dict[str, Any]])
 
 
 # ---------------------------------------------------------------- one-rank group
-
-
-def _skip_if_a_group_exists() -> None:
-    if dist.is_initialized():
-        pytest.skip("another test left a default process group initialized in this process")
+# Each test starts without a default process group: conftest.py fails a test that leaves one.
 
 
 @contextlib.contextmanager
@@ -226,7 +222,6 @@ def _group_of_one() -> Iterator[None]:
 
 @pytest.fixture
 def group_of_one() -> Iterator[None]:
-    _skip_if_a_group_exists()
     with _group_of_one():
         yield
 
@@ -239,7 +234,6 @@ def _model() -> torch.nn.Module:
 
 
 def test_single_process_use_needs_no_process_group(tmp_path: Path) -> None:
-    _skip_if_a_group_exists()
     model = _model()
     reference = copy.deepcopy(model)
     ddp = DistributedDataParallel(model)
@@ -264,7 +258,6 @@ def test_single_process_use_needs_no_process_group(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("with_group", [False, True])
 def test_state_dict_is_the_wrapped_modules(with_group: bool, tmp_path: Path) -> None:
-    _skip_if_a_group_exists()
     context = _group_of_one() if with_group else contextlib.nullcontext()
     with context:
         ddp = DistributedDataParallel(_model())
@@ -287,7 +280,6 @@ def test_state_dict_is_the_wrapped_modules(with_group: bool, tmp_path: Path) -> 
 
 
 def test_load_state_dict_passes_strict_to_the_wrapped_module() -> None:
-    _skip_if_a_group_exists()
     ddp = DistributedDataParallel(torch.nn.Linear(2, 2))
     with pytest.raises(RuntimeError, match='Missing key\\(s\\) in state_dict: "bias"'):
         ddp.load_state_dict({"weight": torch.zeros(2, 2)})
@@ -297,7 +289,6 @@ def test_load_state_dict_passes_strict_to_the_wrapped_module() -> None:
 
 
 def test_custom_broadcast_updates_parameters_and_buffers_in_place_without_grad() -> None:
-    _skip_if_a_group_exists()
     source = _model()
     with torch.no_grad():
         for tensor in (*source.parameters(), *source.buffers()):
@@ -318,7 +309,6 @@ def test_custom_broadcast_updates_parameters_and_buffers_in_place_without_grad()
 
 
 def test_custom_collectives_run_without_a_process_group() -> None:
-    _skip_if_a_group_exists()
     calls: list[tuple[str, int, bool]] = []
 
     def broadcast(tensors: Sequence[torch.Tensor], group: Any) -> None:

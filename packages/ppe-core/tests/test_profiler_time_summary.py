@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -44,11 +45,19 @@ def test_report_records_the_time_of_the_block_with_mean_std_min_max() -> None:
 
 
 def test_the_default_clock_is_a_monotonic_clock_in_seconds() -> None:
+    sleep = 0.01
     ts = TimeSummary()
+    before = time.perf_counter()
+    reading = ts.clock()
     with ts.report("step"):
-        pass
+        time.sleep(sleep)
+    after = time.perf_counter()
     (elapsed,) = ts.summary()[0].compute_mean().values()
-    assert elapsed >= 0.0
+    # The time base of time.perf_counter (a wall clock reads about 1.7e9 s since the epoch).
+    assert before <= reading <= after
+    # In seconds: at least the sleep (half of it, for rounding) and at most the time around the
+    # section, whatever the load; a clock in milliseconds or finer reads 1000 times too much.
+    assert sleep / 2 <= elapsed <= after - before
 
 
 def test_summary_returns_a_snapshot_and_clear_starts_over() -> None:

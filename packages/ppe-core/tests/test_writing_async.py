@@ -397,26 +397,48 @@ def test_pending_queue_writes_are_drained_at_interpreter_exit(
 def test_process_writers_never_fork_while_a_thread_writer_is_inside_an_import(
     tmp_path: Path, process_writer: str
 ) -> None:
-    # The thread writer's savefun imports a module whose body takes a second: a child
-    # forked meanwhile would inherit that module's import lock, held by a thread that does
-    # not exist in the child, and hang on its own import of the module.
-    (tmp_path / "ppe_slow_import.py").write_text("import time\ntime.sleep(1.0)\n")
+    # The thread writer's savefun imports a module that says when its body has begun, then
+    # holds the import for a second unless a fork comes first. A child forked during the
+    # import would inherit that module's import lock, held by a thread that does not exist in
+    # the child, and hang on its own import of the module. The process writer is called once
+    # the import has begun, so it must wait for the thread write to end before it forks.
+    (tmp_path / "ppe_import_gate.py").write_text(
+        "import threading\nbegun, forked, ended = (threading.Event() for _ in range(3))\n"
+    )
+    (tmp_path / "ppe_slow_import.py").write_text(
+        "import ppe_import_gate as gate\ngate.begun.set()\ngate.forked.wait(1.0)\n"
+        "gate.ended.set()\n"
+    )
     out = tmp_path / "out"
     script = textwrap.dedent(
         f"""
-        import sys, time, torch
+        import multiprocessing, os, sys, torch
         sys.path.insert(0, {str(tmp_path)!r})
+        import ppe_import_gate as gate
         from pytorch_pfn_extras.writing import ThreadQueueWriter, {process_writer}
 
         def save_after_import(target, fileobj):
             import ppe_slow_import
             torch.save(target, fileobj)
 
+        forks_during_import = []
+
+        def before_fork():
+            forks_during_import.append(not gate.ended.is_set())
+            gate.forked.set()  # a fork during the import: let the import end
+
+        os.register_at_fork(before=before_fork)
         threads = ThreadQueueWriter(savefun=save_after_import)
         threads("by_thread", {str(out)!r}, torch.zeros(1))
-        time.sleep(0.3)  # the consumer thread is now inside the slow import
+        gate.begun.wait()  # the consumer thread is now inside the slow import
         processes = {process_writer}(savefun=save_after_import, mp_context="fork")
         processes("by_process", {str(out)!r}, torch.ones(1))
+        if not forks_during_import or any(forks_during_import):
+            # A child forked during the import hangs: end it, and this process, now.
+            for child in multiprocessing.active_children():
+                child.kill()
+            print(f"forks (True: during the import): {{forks_during_import}}", file=sys.stderr)
+            os._exit(1)
         processes.finalize()
         threads.finalize()
         """

@@ -98,10 +98,18 @@ def test_create_worker_with_savefun_none_uses_the_writers_savefun(tmp_path: Path
     assert torch.load(tmp_path / "d.pt") == {"y": 2}
 
 
-def test_tensorboard_writer_accepts_savefun_none() -> None:
+def test_tensorboard_writer_accepts_savefun_none(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
-    writer = TensorBoardWriter(None)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    writer = TensorBoardWriter(None, out_dir=str(tmp_path))
+    writer("log", str(tmp_path), {"iteration": 1, "main/loss": 0.5})
+    writer("log", str(tmp_path), {"iteration": 2, "main/loss": 0.25}, savefun=None)
     writer.finalize()
+    accumulator = EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    assert sorted(accumulator.Tags()["scalars"]) == ["iteration", "main/loss"]
+    assert [(e.step, e.value) for e in accumulator.Scalars("main/loss")] == [(1, 0.5), (2, 0.25)]
 
 
 # -- StandardWriter and its create_worker hook -------------------------------------------

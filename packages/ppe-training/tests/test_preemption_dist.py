@@ -5,16 +5,19 @@ on, and the restarted job ends with the uninterrupted run's weights, learning ra
 In one process: SIGTERM at a random iteration, resumed bit for bit.
 
 Each worker runs through worker_exit.py, which records its exit code (the agent stopped by a
-signal does not report them)."""
+signal does not report them). The random iterations come from a seed that each test prints
+(pytest shows it with a failure); ``PPE_TEST_SEED=<seed>`` replays that run."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,27 @@ CASES = [
     # stop comes within two exchanges and an iteration.
     ("ddp", ("--mode", "SHARDED", "--check-interval", "0.2", "--sleep", "0.05"), ((2, 3),), 9),
 ]
+
+
+def _seed(request: pytest.FixtureRequest) -> int:
+    """The seed of the test's random iterations, printed with how to replay it.
+
+    ``PPE_TEST_SEED`` when set; in CI (``CI`` set) one fixed per test, as CI runs the
+    property tests derandomized; otherwise a fresh one.
+    """
+    given = os.environ.get("PPE_TEST_SEED")
+    if given:
+        try:
+            seed = int(given)
+        except ValueError:
+            message = f"PPE_TEST_SEED must be an integer seed, got {given!r}"
+            raise ValueError(message) from None
+    elif os.environ.get("CI"):
+        seed = zlib.crc32(request.node.name.encode())
+    else:
+        seed = random.randrange(1 << 30)
+    print(f"{request.node.name}: random iterations from seed {seed} (PPE_TEST_SEED={seed})")
+    return seed
 
 
 class Job:
@@ -119,6 +143,7 @@ def _stops(process: subprocess.CompletedProcess[str]) -> dict[int, tuple[int, bo
 
 @pytest.mark.parametrize(("model", "options", "windows", "slack"), CASES)
 def test_two_ranks_stop_together_after_one_snapshot_and_resume_exactly(
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     model: str,
     options: tuple[str, ...],
@@ -128,7 +153,7 @@ def test_two_ranks_stop_together_after_one_snapshot_and_resume_exactly(
     sharded_reference: dict[str, Any],
     assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
 ) -> None:
-    seed = random.randrange(1 << 30)
+    seed = _seed(request)
     rng = random.Random(seed)
     job = Job(tmp_path / "out", model, options, torchrun)
     stopped = 0
@@ -155,7 +180,7 @@ def test_two_ranks_stop_together_after_one_snapshot_and_resume_exactly(
         assert (job.out / f"snapshot_iter_{stop}").exists(), context
         stopped = stop
     process, exits = job.run("--result", str(tmp_path / "result.pt"))
-    assert exits == [0, 0] and process.returncode == 0, process.stderr[-6000:]
+    assert exits == [0, 0] and process.returncode == 0, f"seed {seed}:\n{process.stderr[-6000:]}"
     result = torch.load(tmp_path / "result.pt", weights_only=True)
     assert result["resumed_from"].endswith(f"snapshot_iter_{stopped}"), seed
     assert not result["preempted"]
@@ -163,9 +188,9 @@ def test_two_ranks_stop_together_after_one_snapshot_and_resume_exactly(
 
 
 def test_one_process_stops_at_a_random_sigterm_and_resumes_bit_for_bit(
-    tmp_path: Path, sharded_reference: dict[str, Any]
+    request: pytest.FixtureRequest, tmp_path: Path, sharded_reference: dict[str, Any]
 ) -> None:
-    seed = random.randrange(1 << 30)
+    seed = _seed(request)
     signal_at = random.Random(seed).randint(1, 11)
     command = [sys.executable, str(SCRIPT), str(tmp_path), "--mode", "DEFAULT", "--preempt"]
     first = subprocess.run(
@@ -178,7 +203,7 @@ def test_one_process_stops_at_a_random_sigterm_and_resumes_bit_for_bit(
     context = f"seed {seed}, SIGTERM in iteration {signal_at}:\n{first.stderr[-4000:]}"
     assert first.returncode == 0, context
     assert f"RANK 0 DONE {signal_at} PREEMPTED True" in first.stdout, context
-    assert f"training stops at iteration {signal_at} after 1 snapshot(s)" in first.stderr
+    assert f"training stops at iteration {signal_at} after 1 snapshot(s)" in first.stderr, context
     # The periodic snapshots (every 2 iterations) and the one where it stopped.
     expected = {f"snapshot_iter_{i}" for i in range(2, signal_at + 1, 2)} | {
         f"snapshot_iter_{signal_at}"
@@ -191,10 +216,10 @@ def test_one_process_stops_at_a_random_sigterm_and_resumes_bit_for_bit(
         timeout=TIMEOUT,
         check=False,
     )
-    assert second.returncode == 0, second.stderr[-4000:]
+    assert second.returncode == 0, f"seed {seed}:\n{second.stderr[-4000:]}"
     result = torch.load(tmp_path / "result.pt", weights_only=True)
-    assert result["resumed_from"].endswith(f"snapshot_iter_{signal_at}")
-    assert result["log"] == sharded_reference["log"]  # each iteration once, the same losses
-    assert result["lr"] == sharded_reference["lr"]
+    assert result["resumed_from"].endswith(f"snapshot_iter_{signal_at}"), seed
+    assert result["log"] == sharded_reference["log"], seed  # each iteration once, the same losses
+    assert result["lr"] == sharded_reference["lr"], seed
     for name, value in sharded_reference["weights"].items():
         assert torch.equal(result["weights"][name], value), (seed, name)

@@ -36,18 +36,26 @@ def test_a_job_warned_by_slurm_saves_requeues_itself_and_its_second_run_resumes_
 ) -> None:
     out, result = tmp_path / "out", tmp_path / "result.pt"
     train = [sys.executable, str(SCRIPT), str(out), "--mode", "DEFAULT"]
-    # The first run takes 4 s an iteration, so that USR1 (10 to 40 s after it starts, as
-    # Slurm checks time limits every 30 s) comes in the middle of its 12 iterations. The
-    # requeued run gets the same warning: it ignores USR1 (without the handler, which would
-    # take it) and does not sleep. `exec`: the batch shell, which B: signals, is python.
+    # The first run takes 4 s an iteration, so that USR1 (10 to 40 s after the job starts, as
+    # Slurm checks time limits every 30 s) comes in the middle of its 12 iterations. USR1 goes
+    # to the batch shell (B:), which hands it to python only once python has logged its first
+    # iteration (LogReport's `log`: the handler is installed by then), however long python
+    # takes to start on a busy machine; an early USR1 would kill it. The requeued run gets the
+    # same warning: it ignores USR1 (without the handler, which would take it) and does not
+    # sleep. `exec`: the batch shell is python.
     script = f"""#!/bin/bash
 if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then
-  options="--preempt --requeue --sleep 4"
+  ready={shlex.quote(str(out / "log"))}
+  trap 'until [ -e "$ready" ] || ! kill -0 $child 2>/dev/null; do sleep 0.1; done; kill -USR1 $child' USR1
+  {shlex.join(train)} --result {shlex.quote(str(result))} --preempt --requeue --sleep 4 &
+  child=$!
+  wait $child  # returns early to run the trap
+  while kill -0 $child 2>/dev/null; do wait $child; done
+  wait $child  # python's exit status
 else
   trap '' USR1
-  options=""
+  exec {shlex.join(train)} --result {shlex.quote(str(result))}
 fi
-exec {shlex.join(train)} --result {shlex.quote(str(result))} $options
 """
     options = warning_options(10, minutes=2)
     job_id = slurm_cluster.sbatch(script, "--requeue", *options, cwd=tmp_path)

@@ -373,10 +373,22 @@ def test_intermediate_values_are_copied_when_recorded() -> None:
     model = InPlace(1.0)
     other = copy.deepcopy(model)
     other.scale = 2.0
-    comparer = Comparer(outputs=False)
+    compared: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+
+    def compare_fn(backend1: str, backend2: str, name: str, val1: Any, val2: Any) -> None:
+        compared.append((name, val1, val2))
+
+    comparer = Comparer(outputs=False, compare_fn=compare_fn)
     comparer.add_engine("a", make_evaluator(model), loader())
     comparer.add_engine("b", make_evaluator(other), loader())
     comparer.compare()
+    # Each engine's values as recorded, before the model scaled them in place.
+    with torch.no_grad():
+        expected = [model.l1(batch["x"]) for batch in loader()]
+    assert [name for name, _, _ in compared] == ["intermediates/h"] * len(expected)
+    for (_, val1, val2), recorded in zip(compared, expected, strict=True):
+        torch.testing.assert_close(val1, recorded, rtol=0, atol=0)
+        torch.testing.assert_close(val2, recorded, rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------------- dumps
