@@ -455,6 +455,9 @@ def test_trainer_snapshots_autoload_retain_and_fall_back(tmp_path: Any) -> None:
         _, fallback = build()
         fallback.run(loader(make_data(8)))
     assert fallback.iteration == 6
+    # The damaged file is kept aside, never replaced: the new snapshot took its name.
+    assert (tmp_path / "snapshot_iter_6.damaged-1").read_bytes() == b"truncated"
+    assert torch.load(tmp_path / "snapshot_iter_6", weights_only=True)["_start_iteration"] == 6
 
 
 class ScalarReads(TorchDispatchMode):

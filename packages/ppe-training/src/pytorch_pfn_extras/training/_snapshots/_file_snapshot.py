@@ -287,6 +287,9 @@ class _Snapshot(SnapshotExtension):
             kind is Entry.FILE and self._is_own_file(storage, path, warn=False)
         ):
             return
+        if kind is Entry.FILE and path in self._bad_files:  # damaged beyond recognition
+            self._set_aside(storage, path)
+            return
         if kind is Entry.DIRECTORY:
             what = describe(path, inspect(storage, path))
         elif kind is Entry.LINK:
@@ -299,6 +302,22 @@ class _Snapshot(SnapshotExtension):
             "filename"
         )
         raise FileExistsError(message)
+
+    def _set_aside(self, storage: Storage, path: str) -> None:
+        """Keep the snapshot file ``path``, which autoload found damaged and skipped, as
+        ``<path>.damaged-<n>`` (a name no snapshot template matches), so that the new snapshot
+        can take its name without destroying it."""
+        number = 1
+        while storage.exists(f"{path}.damaged-{number}"):
+            number += 1
+        aside = f"{path}.damaged-{number}"
+        storage.fs.rename(path, aside)
+        self._bad_files.discard(path)
+        message = (
+            f"{_what(self._mode)}: the damaged snapshot {path!r}, which autoload skipped, is "
+            f"kept as {aside!r}; the new snapshot takes its name"
+        )
+        warnings.warn(message, UserWarning, stacklevel=3)
 
     def _is_own_file(self, storage: Storage, path: str, *, warn: bool = True) -> bool:
         """Whether ``path`` is a snapshot file this extension may replace or delete: one it
