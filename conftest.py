@@ -24,6 +24,11 @@ import pytest
 
 _NO_CUDA = "needs a CUDA device"
 
+# torch.compile's inductor compiles kernels in a pool of worker processes by default, each of
+# which imports torch (seconds of CPU apiece on a two-core machine, and the test waits for
+# them) for the few kernels a test's tiny model needs: the tests compile in their own process.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 
 def _cuda_available() -> bool:
     if importlib.util.find_spec("torch") is None:

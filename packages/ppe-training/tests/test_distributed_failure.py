@@ -118,7 +118,7 @@ def test_bare_processes_all_end_when_one_rank_fails(
         for process in processes:
             if process.poll() is None:
                 process.kill()
-                process.wait()
+                process.communicate()  # closes its pipes (left open, a later test warns)
     survivor, failed = outputs
     assert processes[FAILING_RANK].returncode != 0
     assert f"ValueError: {ERROR}" in failed
