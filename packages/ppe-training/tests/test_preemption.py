@@ -139,7 +139,7 @@ def test_a_signal_stops_the_run_after_its_iteration_with_a_snapshot_taken_there(
     assert "preempted: SIGUSR1 was received by this process; training stops at iteration 3" in (
         caplog.text
     )
-    assert signal.getsignal(SIGNAL) is before  # restored when the manager was finalized
+    assert signal.getsignal(SIGNAL) is not before  # kept after a preemption, for repeats
     state = torch.load(tmp_path / "snapshot_iter_3", weights_only=True)
     assert state["_start_iteration"] == 3
 
@@ -218,19 +218,24 @@ def test_a_signal_before_the_first_iteration_stops_after_it(tmp_path: Path) -> N
     assert os.listdir(tmp_path) == ["snapshot_iter_1"]
 
 
-def test_a_signal_in_the_last_iteration_saves_it_and_one_after_the_run_is_not_caught(
+def _record_previous(received: list[int]) -> Any:
+    """Install a handler of SIGNAL that records what it gets (the one the extension finds)."""
+    return signal.signal(SIGNAL, lambda signum, frame: received.append(signum))
+
+
+def test_a_signal_in_the_last_iteration_saves_it_and_a_repeat_after_the_run_is_absorbed(
     tmp_path: Path,
 ) -> None:
     received: list[int] = []
-    previous = signal.signal(SIGNAL, lambda signum, frame: received.append(signum))
+    previous = _record_previous(received)
     try:
         handler = ext_module.PreemptionHandler()
         manager = _manager(tmp_path, _snapshot(), handler, epochs=1)
         assert _train(manager, signal_at=ITERS_PER_EPOCH) == [1, 2, 3, 4, 5]
         assert handler.stop_iteration == ITERS_PER_EPOCH
         assert os.listdir(tmp_path) == [f"snapshot_iter_{ITERS_PER_EPOCH}"]
-        os.kill(os.getpid(), SIGNAL)  # after the run: the handler that was there gets it
-        assert received == [SIGNAL]
+        os.kill(os.getpid(), SIGNAL)  # after the run (torchrun's late copy, say)
+        assert received == []
     finally:
         signal.signal(SIGNAL, previous)
 
@@ -242,28 +247,89 @@ def test_the_run_ends_normally_without_a_signal_and_restores_the_handlers(
     handler = ext_module.PreemptionHandler(signals=(signal.SIGTERM, signal.SIGUSR2))
     manager = _manager(tmp_path, _snapshot(), handler, epochs=1)
     assert not manager.stop_trigger
-    assert signal.getsignal(signal.SIGTERM) == handler._on_signal
+    assert signal.getsignal(signal.SIGTERM) is not before  # installed
     assert _train(manager) == [1, 2, 3, 4, 5]
     assert not handler.preempted and handler.stop_iteration is None
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-def test_a_second_signal_gives_the_signal_back_to_the_previous_handler(tmp_path: Path) -> None:
+class _SignallingWriter(writing.SimpleWriter):
+    """Sends SIGNAL to this process when it writes (a repeat while the snapshot is saved)."""
+
+    def __call__(self, filename: str, out_dir: str, target: Any, **kwargs: Any) -> None:
+        os.kill(os.getpid(), SIGNAL)
+        super().__call__(filename, out_dir, target, **kwargs)
+
+
+def test_repeats_before_during_and_after_the_stop_are_absorbed_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Slurm signals every process of a job step and torchrun forwards its own copy: each
+    # worker gets SIGTERM twice, or more, at any time. The run stops once, at the first.
     received: list[int] = []
-    previous = signal.signal(SIGNAL, lambda signum, frame: received.append(signum))
+    previous = _record_previous(received)
     try:
         handler = ext_module.PreemptionHandler()
+        manager = _manager(tmp_path, handler)
+        manager.extend(_snapshot(writer=_SignallingWriter()))
+        with caplog.at_level(logging.INFO, logger=LOGGER):
+            assert not manager.stop_trigger
+            for _ in range(3):  # a burst, before the first iteration
+                os.kill(os.getpid(), SIGNAL)
+            assert _train(manager, signal_at=1) == [1]  # one more in it, one while saving
+            os.kill(os.getpid(), SIGNAL)  # and one after the run
+        assert received == []
+        assert handler.preempted and handler.stop_iteration == 1 and handler.received == SIGNAL
+        assert os.listdir(tmp_path) == ["snapshot_iter_1"]
+        ignored = [r.getMessage() for r in caplog.records if "repeated signal" in r.getMessage()]
+        assert len(ignored) == 1, ignored
+        assert "ignored 3 repeated signal(s) (the last: SIGUSR1)" in ignored[0]
+        assert caplog.text.count("preempted: ") == 1
+    finally:
+        signal.signal(SIGNAL, previous)
+
+
+@pytest.mark.parametrize(("escalate_after", "given_back"), [(0, True), (3600.0, False)])
+def test_escalate_after_gives_a_later_repeat_to_the_previous_handler(
+    tmp_path: Path, escalate_after: float, given_back: bool
+) -> None:
+    received: list[int] = []
+    previous = _record_previous(received)
+    recorder = signal.getsignal(SIGNAL)
+    try:
+        handler = ext_module.PreemptionHandler(escalate_after=escalate_after)
         manager = _manager(tmp_path, _snapshot(), handler)
         assert not manager.stop_trigger
         os.kill(os.getpid(), SIGNAL)
-        assert handler.received == SIGNAL and received == []
         os.kill(os.getpid(), SIGNAL)
-        assert received == [SIGNAL]  # the second one
-        assert signal.getsignal(SIGNAL) is not handler._on_signal
-        assert _train(manager) == [1]  # the first still stops the run
+        assert received == ([SIGNAL] if given_back else [])
+        # Given back, the previous handlers are restored; the first signal still stops.
+        assert (signal.getsignal(SIGNAL) is recorder) is given_back
+        assert _train(manager) == [1]
         assert handler.stop_iteration == 1
     finally:
         signal.signal(SIGNAL, previous)
+
+
+@pytest.mark.parametrize("first", [signal.SIGINT, SIGNAL])
+def test_a_second_sigint_interrupts_as_ctrl_c_twice_does(tmp_path: Path, first: int) -> None:
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        handler = ext_module.PreemptionHandler(signals=(SIGNAL, signal.SIGINT))
+        manager = _manager(tmp_path, _snapshot(), handler)
+        assert not manager.stop_trigger
+        os.kill(os.getpid(), first)
+        if first != signal.SIGINT:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)  # one SIGINT: a repeat like any other
+            except KeyboardInterrupt:
+                pytest.fail("a single SIGINT after another signal interrupted the run")
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert handler.received == first
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 _SECOND_SIGNAL_WHILE_SAVING = """
@@ -277,11 +343,12 @@ class SignalledWriter(writing.SimpleWriter):
             os.kill(os.getpid(), signal.SIGTERM)  # a second SIGTERM while saving
         super().__call__(filename, out_dir, target, **kwargs)
 
+escalate_after = None if sys.argv[2] == "None" else float(sys.argv[2])
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 manager = ExtensionsManager(model, optimizer, 1, iters_per_epoch=10, out_dir=sys.argv[1])
 manager.extend(extensions.snapshot(writer=SignalledWriter()), trigger=(2, "iteration"))
-manager.extend(extensions.PreemptionHandler())
+manager.extend(extensions.PreemptionHandler(escalate_after=escalate_after))
 while not manager.stop_trigger:
     with manager.run_iteration():
         if manager.iteration == 2:
@@ -290,20 +357,31 @@ print("not killed")
 """
 
 
-def test_a_second_signal_while_saving_kills_with_the_default_action(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("escalate_after", "returncode", "snapshots"),
+    [
+        (None, 0, ["snapshot_iter_2", "snapshot_iter_3"]),
+        # The explicit policy: every repeat ends the process, with the default action.
+        (0, -signal.SIGTERM, ["snapshot_iter_2"]),
+    ],
+)
+def test_a_second_sigterm_while_saving_is_absorbed_unless_escalate_after_says_otherwise(
+    tmp_path: Path, escalate_after: float | None, returncode: int, snapshots: list[str]
+) -> None:
     script = tmp_path / "second.py"
     script.write_text(_SECOND_SIGNAL_WHILE_SAVING)
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "out")],
+        [sys.executable, str(script), str(tmp_path / "out"), str(escalate_after)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert done.returncode == -signal.SIGTERM, done.stderr
-    assert "not killed" not in done.stdout
-    # The periodic snapshot before is intact; the interrupted one left no file.
-    assert [n for n in os.listdir(tmp_path / "out") if not n.startswith(".")] == ["snapshot_iter_2"]
+    assert done.returncode == returncode, done.stderr
+    assert ("not killed" in done.stdout) is (returncode == 0)
+    # Killed, the periodic snapshot before is intact and the interrupted one left no file.
+    names = sorted(n for n in os.listdir(tmp_path / "out") if not n.startswith("."))
+    assert names == snapshots
 
 
 def test_a_forked_child_ignores_the_signal_its_parent_handles(tmp_path: Path) -> None:
@@ -560,13 +638,25 @@ def test_a_bad_requeue_command_is_refused(command: Any) -> None:
         ext_module.PreemptionHandler(requeue_command=command)
 
 
-@pytest.mark.parametrize(
-    ("interval", "error"),
-    [(-1, ValueError), (float("nan"), ValueError), ("0.1", TypeError), (True, TypeError)],
-)
+_BAD_SECONDS = [
+    (-1, ValueError),
+    (float("nan"), ValueError),
+    (float("inf"), ValueError),  # every rank failed later with an OverflowError
+    ("0.1", TypeError),
+    (True, TypeError),
+]
+
+
+@pytest.mark.parametrize(("interval", "error"), _BAD_SECONDS)
 def test_a_bad_check_interval_is_refused(interval: Any, error: type[Exception]) -> None:
     with pytest.raises(error, match=f"check_interval must be a number of seconds.*{interval!r}"):
         ext_module.PreemptionHandler(check_interval=interval)
+
+
+@pytest.mark.parametrize(("seconds", "error"), _BAD_SECONDS)
+def test_a_bad_escalate_after_is_refused(seconds: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match=f"escalate_after must be a number of seconds.*{seconds!r}"):
+        ext_module.PreemptionHandler(escalate_after=seconds)
 
 
 def test_requeue_must_be_a_bool() -> None:

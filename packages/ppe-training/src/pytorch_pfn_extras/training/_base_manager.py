@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import types
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -30,6 +31,15 @@ from pytorch_pfn_extras.training._writer_util import check_writer, finalize_writ
 from pytorch_pfn_extras.writing import SimpleWriter, Writer
 
 __all__ = ["ModelsLike", "OptimizersLike", "TransformModel", "_BaseExtensionsManager"]
+
+logger = logging.getLogger("pytorch_pfn_extras.training.manager")
+
+
+class _StopRequest(NamedTuple):
+    """A stop asked with :meth:`_BaseExtensionsManager.request_stop`."""
+
+    reason: str
+    preempted: bool
 
 
 class _BaseExtensionsManager(_ExtensionRegistry, _ManagerStateDict):
@@ -101,7 +111,7 @@ class _BaseExtensionsManager(_ExtensionRegistry, _ManagerStateDict):
         self._elapsed_before = 0.0
         self._stop_iteration = -1
         self._stop_result = False
-        self._stop_reason: str | None = None  # set by _request_stop (a preemption)
+        self._stop_request: _StopRequest | None = None  # set by request_stop
         self._previous_observation: dict[str, Any] = {}
         self._entries: list[ExtensionEntry] = []
         self._runners_before_stop: list[_Runner] = []
@@ -260,18 +270,48 @@ class _BaseExtensionsManager(_ExtensionRegistry, _ManagerStateDict):
             self.finalize()
         return stop
 
-    def _request_stop(self, reason: str) -> None:
-        """End training after the running iteration, whatever the stop trigger says
-        (:class:`~pytorch_pfn_extras.training.extensions.PreemptionHandler`).
+    def request_stop(self, reason: str, *, preempted: bool = False) -> None:
+        """End training after the running iteration, whatever the stop trigger says.
 
-        The stop trigger's own state and result are left as they are, so a snapshot records
-        them and a resumed run goes on.
+        Called during an iteration (by an extension, or the iteration's code), training
+        ends when the iteration completes: the extensions of that iteration run, then
+        :attr:`stop_trigger` is true and the extensions are finalized. Called between
+        iterations, the next read of :attr:`stop_trigger` ends it. The stop trigger's own
+        state is left as it is, so a snapshot records it and a resumed run goes on.
+        A second request keeps the first one's reason.
+
+        Args:
+            reason: Why, for messages (e.g. ``"preempted (SIGTERM was received by rank
+                1)"``).
+            preempted: The job is being stopped from outside (what
+                :class:`~pytorch_pfn_extras.training.extensions.PreemptionHandler` says):
+                the next :meth:`run_iteration` after the stop ends the process with
+                ``SystemExit(0)`` instead of raising ``RuntimeError``, so that the nested
+                loop ``while not manager.stop_trigger: for batch in loader: with
+                manager.run_iteration(): ...`` exits cleanly in the middle of an epoch.
+
+        Raises:
+            TypeError: ``reason`` is not a str, or ``preempted`` not a bool.
+
+        Example:
+            >>> if loss_is_nan:
+            ...     manager.request_stop("the loss became NaN")
         """
-        self._stop_reason = reason
+        if not isinstance(reason, str):
+            message = f"request_stop(reason) must be a str saying why, got {reason!r}"
+            raise TypeError(message)
+        if not isinstance(preempted, bool):
+            message = f"request_stop(preempted=) must be a bool, got {preempted!r}"
+            raise TypeError(message)
+        request = self._stop_request
+        if request is None:
+            self._stop_request = _StopRequest(reason, preempted)
+        elif preempted and not request.preempted:
+            self._stop_request = _StopRequest(request.reason, True)
 
     def _stops(self) -> bool:
         """Whether training ends at this iteration: the stop trigger, or a requested stop."""
-        return self._evaluate_stop_trigger() or self._stop_reason is not None
+        return self._evaluate_stop_trigger() or self._stop_request is not None
 
     def _evaluate_stop_trigger(self) -> bool:
         iteration = self._run.iteration
@@ -292,8 +332,22 @@ class _BaseExtensionsManager(_ExtensionRegistry, _ManagerStateDict):
                 "extensions were finalized and training cannot go on"
             )
             raise RuntimeError(message)
+        request = self._stop_request
+        if request is not None and request.preempted:
+            # The job is being stopped from outside: end the process cleanly rather than
+            # fail the loop that asks for a further iteration (the nested loop does).
+            if not self._finalized:
+                self.finalize()
+            logger.info(
+                "run_iteration() after training stopped at iteration %d (%s): exiting "
+                "with SystemExit(0); to run code after the loop, end it with "
+                "`if manager.stop_trigger: break` before run_iteration()",
+                self.iteration,
+                request.reason,
+            )
+            raise SystemExit(0)
         if self._finalized:
-            why = self._stop_reason or "the stop trigger fired"
+            why = "the stop trigger fired" if request is None else request.reason
             message = (
                 f"training has finished ({why} at iteration {self.iteration}); "
                 "stop the loop there: `while not manager.stop_trigger:`, and when training can "
@@ -356,12 +410,17 @@ class _BaseExtensionsManager(_ExtensionRegistry, _ManagerStateDict):
         self._finalize(raise_errors=False)
 
     def finalize(self) -> None:
-        """Call every extension's finalizer and finalize the writer (once).
+        """End training: every extension's ``on_stop``, then its finalizer, then the
+        writer's (once).
 
-        Called automatically when the stop trigger fires or an iteration fails.
+        Called automatically when the stop trigger fires, a stop was requested, or an
+        iteration fails. ``on_stop`` runs only when training started and did not fail: an
+        extension may still save there, with every rank (the
+        :class:`~pytorch_pfn_extras.training.extensions.PreemptionHandler` does).
 
         Raises:
-            Exception: The first error a finalizer raised, after every finalizer ran.
+            Exception: The first error an ``on_stop`` or a finalizer raised, after every
+                finalizer ran.
         """
         self._finalize(raise_errors=True)
 
@@ -370,6 +429,15 @@ class _BaseExtensionsManager(_ExtensionRegistry, _ManagerStateDict):
             return
         self._finalized = True
         errors: list[tuple[str, Exception]] = []
+        if self._started and not self._failed:
+            for entry in self._entries:
+                on_stop = getattr(entry.extension, "on_stop", None)
+                if on_stop is None:
+                    continue
+                try:
+                    on_stop(self)
+                except Exception as error:
+                    errors.append((entry.name, error))
         for entry in self._entries or self._sorted_entries():
             finalize = getattr(entry.extension, "finalize", None)
             if finalize is None:

@@ -79,6 +79,12 @@ class Extension:
         """
         return None
 
+    def on_stop(self, manager: ExtensionsManagerProtocol) -> None:
+        """Act once when training ends without an error (the stop trigger fired, a stop
+        was requested, or ``manager.finalize()`` was called), before any extension's
+        :meth:`finalize`: the extensions are still usable (a snapshot may still be saved).
+        """
+
     def finalize(self, manager: ExtensionsManagerProtocol) -> None:
         """Release resources at the end of training (also after an error)."""
 

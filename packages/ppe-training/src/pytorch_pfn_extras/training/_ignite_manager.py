@@ -68,7 +68,10 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
 
     Training ends (the extensions are finalized) when the manager's stop trigger fires
     after ``max_epochs`` epochs; the engine is terminated there if it would run longer. It
-    also ends when the engine is terminated (``engine.terminate()``). If the engine stops
+    also ends when the engine is terminated (``engine.terminate()``), or when a stop is
+    requested (:meth:`request_stop`, e.g. by a
+    :class:`~pytorch_pfn_extras.training.extensions.PreemptionHandler`): the engine is
+    terminated after the running iteration and ``engine.run`` returns. If the engine stops
     earlier by its own ``max_epochs``, the extensions stay open so that a later
     ``engine.run`` continues; call :meth:`finalize` to end there.
 
@@ -146,6 +149,7 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
         """The Ignite engine whose iterations the manager follows."""
         self._events = ignite_engine.Events
         self._completion_attached = False
+        self._running = False  # between the engine's STARTED and its end
         self.set_ignite_handlers()
 
     @property
@@ -158,6 +162,26 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
         if not self._started:
             return self._failed
         return bool(_BaseExtensionsManager.stop_trigger.fget(self))  # type: ignore[attr-defined]
+
+    def request_stop(self, reason: str, *, preempted: bool = False) -> None:
+        """End training after the running iteration, as ``engine.terminate()`` does.
+
+        The engine is terminated (its ``TERMINATE`` and ``COMPLETED`` events fire) after
+        the running iteration, whose extensions run; the extensions are then finalized and
+        ``engine.run`` returns. Before the engine runs, its next run ends when it starts.
+
+        Args:
+            reason: Why, for messages.
+            preempted: The job is being stopped from outside (see
+                :meth:`ExtensionsManager.request_stop
+                <pytorch_pfn_extras.training.ExtensionsManager.request_stop>`).
+
+        Raises:
+            TypeError: ``reason`` is not a str, or ``preempted`` not a bool.
+        """
+        super().request_stop(reason, preempted=preempted)
+        if self._running:
+            self.engine.terminate()
 
     def set_ignite_handlers(self) -> None:
         """Attach the manager's handlers to the engine (done by the constructor)."""
@@ -192,11 +216,12 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
             engine.add_event_handler(self._events.ITERATION_COMPLETED, self._on_iteration_completed)
             self._completion_attached = True
         self.start_extensions()
+        self._running = True
         state = engine.state
         if state.iteration != run.iteration:
             state.iteration = run.iteration
             state.epoch = run.epoch
-        if self._evaluate_stop_trigger():
+        if self._stops():
             engine.terminate()
 
     def _on_iteration_started(self, engine: Engine) -> None:
@@ -218,16 +243,19 @@ class IgniteExtensionsManager(_BaseExtensionsManager):
                 engine.terminate()
 
     def _on_terminate(self, engine: Engine) -> None:
+        self._running = False
         if not self._finalized and not self._failed:
             self.finalize()
 
     def _on_completed(self, engine: Engine) -> None:
+        self._running = False
         if self._finalized or self._failed:
             return
-        if self._evaluate_stop_trigger():
+        if self._stops():
             self.finalize()
 
     def _on_exception(self, engine: Engine, exc: BaseException) -> None:
+        self._running = False
         self._fail_iteration(exc, exc.__traceback__)
         handlers = getattr(engine, "_event_handlers", {}).get(self._events.EXCEPTION_RAISED, ())
         if len(handlers) <= 1:

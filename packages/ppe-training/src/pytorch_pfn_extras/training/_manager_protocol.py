@@ -89,6 +89,14 @@ class ExtensionsManagerProtocol(Protocol):
         """Whether training has finished."""
         ...
 
+    def request_stop(self, reason: str, *, preempted: bool = False) -> None:
+        """End training after the running iteration, whatever the stop trigger says.
+
+        ``preempted=True`` says that the job is being stopped from outside: the next
+        ``run_iteration()`` after the stop ends the process with ``SystemExit(0)``.
+        """
+        ...
+
     def get_extension(self, name: str) -> Any:
         """Return the extension registered under ``name``."""
         ...

@@ -8,7 +8,8 @@ Modules, each with one job:
   the extension of the mode; ``_mode``: ``SnapshotMode``;
 - ``_file_snapshot``: the DEFAULT / DISTRIBUTED extension (one file through the writer);
 - ``_base``: ``SnapshotExtension``, what every snapshot extension offers the code that makes
-  one run (the iteration it last ran at, waiting for its writes);
+  one run (the iteration it last saved at, a save whatever its condition, waiting for its
+  writes);
 - ``_sharded``: the SHARDED extension (one directory written by every rank through DCP);
 - ``_storage``: the writer's file system as snapshots use it (local, pfio, fsspec);
 - ``_files``: which names of a directory a filename template matches, newest first;

@@ -34,13 +34,15 @@ class SnapshotExtension(Extension):
     """What every snapshot extension offers the code that forces one to run (preemption).
 
     Attributes:
-        ran_at: The iteration at which the extension last ran (``-1``: never).
+        saved_at: The iteration of the last snapshot this extension saved (``-1``: none);
+            a run at which ``condition`` returned false saved nothing. On a rank that does
+            not write (``saver_rank``), the iteration of the last one it took part in.
     """
 
     trigger: TriggerLike = (1, "epoch")
     priority = PRIORITY_SNAPSHOT
     needs_model_state = True
-    ran_at = -1
+    saved_at = -1
 
     def __init__(self, options: SnapshotOptions) -> None:
         """Keep the options every mode has (``snapshot()`` checked them)."""
@@ -55,6 +57,19 @@ class SnapshotExtension(Extension):
         self._comm: Comm | None = None  # the ranks of the run, where several take part
         self._out = ""
         self.resumed_from: str | None = None
+
+    def save(self, manager: ExtensionsManagerProtocol) -> None:
+        """Save a snapshot now, whatever ``condition`` and the trigger say (a preemption's).
+
+        An extension that the manager did not initialize (its trigger had finished when
+        training started) is set up first, without autoloading. With several ranks, every
+        rank calls it at the same iteration.
+
+        Raises:
+            Exception: The save failed (an asynchronous one may fail later, in
+                :meth:`wait_for_writes`).
+        """
+        raise NotImplementedError
 
     def wait_for_writes(self, manager: ExtensionsManagerProtocol) -> None:
         """Wait until the snapshots written so far are complete (committed).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, TypeVar
 
 import torch.distributed as dist
@@ -78,13 +79,20 @@ class Comm:
         """
         if not self.collective:
             return
+        started = time.monotonic()
         try:
             dist.monitored_barrier(group=self.group, timeout=self.timeout, wait_all_ranks=True)
         except RuntimeError as error:
+            waited, timeout = time.monotonic() - started, self.timeout.total_seconds()
+            if waited >= timeout:
+                when = f"within {timeout:g} s"
+            else:  # a rank died or left: the barrier failed without waiting it out
+                when = (
+                    f"(the barrier failed after {waited:.1f} s, before its {timeout:g} s timeout)"
+                )
             message = (
                 f"{self.what} on rank {self.rank}: not every rank of {self.world_size} reached "
-                f"{action} within {self.timeout.total_seconds():g} s ({error}); every rank "
-                "must run a collective snapshot at the same iterations (the same trigger "
-                "and condition), and none may have died"
+                f"{action} {when} ({error}); every rank must run a collective snapshot at "
+                "the same iterations (the same trigger and condition), and none may have died"
             )
             raise RuntimeError(message) from error

@@ -85,6 +85,7 @@ class _Snapshot(SnapshotExtension):
         self._bad_files: set[str] = set()  # damaged: skipped by autoload and retention
         self._own_files: set[str] = set()  # snapshot files known to be ours (see _is_own_file)
         self._foreign = ForeignEntries(_what(mode))
+        self._ready = False  # set up (initialize, or a forced save without it)
 
     @property
     def default_name(self) -> str:
@@ -130,6 +131,17 @@ class _Snapshot(SnapshotExtension):
             The name of the snapshot loaded (relative to the output directory), or
             ``None`` when none was (no ``autoload``, or no snapshot yet).
         """
+        storage = self._set_up(manager)
+        if not self.autoload or storage is None:
+            return None
+        self._autoload(manager, storage)
+        if self.resumed_from is None:
+            return None
+        return os.path.relpath(self.resumed_from, self._out)
+
+    def _set_up(self, manager: ExtensionsManagerProtocol) -> Storage | None:
+        """Everything :meth:`initialize` does but autoload; return the storage autoload and
+        retention use (``None`` without them)."""
         self._out = self._out_of(manager)
         if self._mode is SnapshotMode.DISTRIBUTED:
             if self._comm is None:
@@ -142,6 +154,7 @@ class _Snapshot(SnapshotExtension):
         writer = self._writer_of(manager)
         if self._writer is not None:
             initialize_writer(self._writer, self._out)
+        self._ready = True
         if self._files is None:
             return None
         storage = self._storage_of(writer)  # a writer retention cannot use fails here
@@ -152,12 +165,7 @@ class _Snapshot(SnapshotExtension):
                 self._hook = functools.partial(self._after_save, storage=storage, out=self._out)
                 add_hook(self._hook)
                 self._hooked = writer
-        if not self.autoload:
-            return None
-        self._autoload(manager, storage)
-        if self.resumed_from is None:
-            return None
-        return os.path.relpath(self.resumed_from, self._out)
+        return storage
 
     def _check_saver_rank(self) -> bool:
         import torch.distributed as dist
@@ -224,10 +232,16 @@ class _Snapshot(SnapshotExtension):
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Write a snapshot (if ``condition`` allows it and this process is the saver)."""
-        self.ran_at = manager.iteration
         if self._condition is not None and not self._condition():
             return
+        self.save(manager)
+
+    def save(self, manager: ExtensionsManagerProtocol) -> None:
+        """Write a snapshot now, whatever ``condition`` says (if this process is the saver)."""
+        if not self._ready:
+            self._set_up(manager)  # not initialized: its trigger had finished at the start
         self._save(manager)
+        self.saved_at = manager.iteration
         if self._comm is not None:
             # DISTRIBUTED, as in PPE 0.9: the other ranks wait until the saver has written.
             self._comm.barrier("the end of the snapshot's write")

@@ -98,8 +98,8 @@ class Found:
             PPE 0.9 SHARDED directory), ``"partial"`` (DCP's files without a manifest: a
             sharded snapshot written in place on object storage that never committed),
             ``"damaged"`` (a manifest that cannot be read), ``"link"`` (a symbolic link,
-            never followed to replace or delete), ``"file"`` (a file), or ``"unknown"``
-            (anything else).
+            never followed to replace or delete), ``"file"`` (a file), ``"missing"``
+            (nothing there), or ``"unknown"`` (anything else).
         manifest: The manifest of ``"ours"``.
         world_size: The ranks that wrote ``"ours"`` or ``"ppe09"``.
         detail: Why a ``"damaged"`` manifest cannot be read.
@@ -125,7 +125,7 @@ def inspect(storage: Storage, path: str, *, links: bool = False) -> Found:
     if links and local is not None and os.path.islink(local):
         return Found("link")
     if not storage.isdir(path):
-        return Found("file")
+        return Found("file" if storage.exists(path) else "missing")
     names = storage.listdir(path)
     if MANIFEST in names:
         try:
@@ -159,6 +159,8 @@ def describe(path: str, found: Found) -> str:
         return f"{path!r} is a snapshot directory whose manifest is damaged: {found.detail}"
     if found.kind == "link":
         return f"{path!r} is a symbolic link"
+    if found.kind == "missing":
+        return f"{path!r} does not exist"
     return (
         f"{path!r} is a directory that is not a complete snapshot (no {MANIFEST}, nor PPE "
         f"0.9's {PPE09_COMPLETE!r} marker)"
@@ -183,7 +185,7 @@ def directory_to_write(storage: Storage, final: str) -> str:
     """
     local = storage.local(final) is not None
     found = inspect(storage, final, links=True)
-    if found.kind == "file" and not storage.exists(final):
+    if found.kind == "missing":
         return storage.temporary(final) if local else final
     if found.kind not in ("ours", "ppe09", "partial"):
         raise _collision(final, found)
@@ -211,7 +213,7 @@ def commit(storage: Storage, written: str, final: str) -> None:
     if written == final:
         return
     found = inspect(storage, final, links=True)
-    if found.kind == "file" and not storage.exists(final):
+    if found.kind == "missing":
         storage.move_directory(written, final, last=(MANIFEST,))
         return
     if found.kind not in ("ours", "ppe09", "partial"):
@@ -258,7 +260,8 @@ class SnapshotDirs:
         for path in self.candidates(storage, out_dir):
             found = inspect(storage, path, links=True)
             if found.kind not in ("ours", "ppe09"):
-                if found.kind != "partial":  # a save in progress on object storage
+                # partial: a save in progress on object storage; missing: removed meanwhile
+                if found.kind not in ("partial", "missing"):
                     foreign.skip(path, describe(path, found).removeprefix(f"{path!r} "))
                 continue
             kept += 1
@@ -297,10 +300,9 @@ class SnapshotDirs:
         recovered = []
         for final, (_iteration, temporary) in sorted(best.items()):
             now = inspect(storage, final, links=True)
-            missing = now.kind == "file" and not storage.exists(final)
             # On object storage a partial one holds what was moved before the kill.
             moved_in_part = now.kind == "partial" and storage.local(final) is None
-            if missing or moved_in_part:
+            if now.kind == "missing" or moved_in_part:
                 storage.move_directory(temporary, final, last=(MANIFEST,))
                 recovered.append(final)
         return recovered

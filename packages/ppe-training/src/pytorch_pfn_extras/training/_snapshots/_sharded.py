@@ -102,23 +102,7 @@ class _ShardedSnapshot(SnapshotExtension):
             The name of the snapshot loaded (relative to the output directory), or
             ``None`` when none was.
         """
-        if self._target is None and not callable(getattr(manager, "training_state_dict", None)):
-            message = (
-                f"{_WHAT} saves the manager through training_state_dict() and "
-                f"rank_state_dict(), which {type(manager).__name__} lacks; use an "
-                "ExtensionsManager (or pass target=)"
-            )
-            raise TypeError(message)
-        writer = self._writer if self._writer is not None else manager.writer
-        self._out = snapshot_out_dir(self._writer, manager)  # as in PPE 0.9; bucket checked
-        if writer is not None:
-            check_writer(writer, "snapshot")
-        self._storage = Storage.of(writer)
-        if self._comm is None:
-            self._comm = Comm(self._saver_rank, _WHAT)
-        if self._async and self._stager is None:
-            self._stager = self._new_stager(manager)
-        comm = self._comm
+        comm = self._set_up(manager)
         if comm.is_coordinator and self._dirs is not None:
             # Before autoload: a rewrite of the same name killed half way left the committed
             # snapshot in a temporary, which autoload would not see and the cleanup delete.
@@ -137,6 +121,27 @@ class _ShardedSnapshot(SnapshotExtension):
         if self.resumed_from is None:
             return None
         return os.path.relpath(self.resumed_from, self._out)
+
+    def _set_up(self, manager: ExtensionsManagerProtocol) -> Comm:
+        """What :meth:`initialize` does before it looks at the snapshots: the ranks, the
+        file system, the stager of asynchronous saves."""
+        if self._target is None and not callable(getattr(manager, "training_state_dict", None)):
+            message = (
+                f"{_WHAT} saves the manager through training_state_dict() and "
+                f"rank_state_dict(), which {type(manager).__name__} lacks; use an "
+                "ExtensionsManager (or pass target=)"
+            )
+            raise TypeError(message)
+        writer = self._writer if self._writer is not None else manager.writer
+        self._out = snapshot_out_dir(self._writer, manager)  # as in PPE 0.9; bucket checked
+        if writer is not None:
+            check_writer(writer, "snapshot")
+        self._storage = Storage.of(writer)
+        if self._comm is None:
+            self._comm = Comm(self._saver_rank, _WHAT)
+        if self._async and self._stager is None:
+            self._stager = self._new_stager(manager)
+        return self._comm
 
     def _autoload(self, manager: ExtensionsManagerProtocol, comm: Comm) -> None:
         # The coordinator chooses (every rank must load the same snapshot) and checks it;
@@ -171,7 +176,7 @@ class _ShardedSnapshot(SnapshotExtension):
             for path in self._dirs.candidates(self._storage, self._out):
                 try:
                     found = inspect(self._storage, path)
-                    uncommitted = found.kind in ("partial", "unknown", "damaged") or (
+                    uncommitted = found.kind in ("partial", "unknown", "damaged", "missing") or (
                         found.kind == "file" and not is_snapshot_file(self._storage, path)
                     )
                 except OSError as error:
@@ -220,10 +225,16 @@ class _ShardedSnapshot(SnapshotExtension):
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Write a snapshot with every rank (if ``condition`` allows it)."""
-        self.ran_at = manager.iteration
         if self._condition is not None and not self._condition():
             return
+        self.save(manager)
+
+    def save(self, manager: ExtensionsManagerProtocol) -> None:
+        """Write a snapshot with every rank now, whatever ``condition`` says."""
+        if self._comm is None:
+            self._set_up(manager)  # not initialized: its trigger had finished at the start
         self._save(manager)
+        self.saved_at = manager.iteration
 
     def _save(self, manager: ExtensionsManagerProtocol) -> None:
         self.wait()  # never two saves in flight; a failed one raises here

@@ -33,6 +33,7 @@ from pytorch_pfn_extras.training.extensions._log_format import (
     _scan,
     _write_entries,
 )
+from pytorch_pfn_extras.training.extensions._rank_files import RankFiles
 
 if TYPE_CHECKING:
     import pandas
@@ -76,7 +77,8 @@ class LogReport(Extension):
     ``epoch``, ``iteration`` and ``elapsed_time``, and the log is written into the
     manager's output directory through the writer (atomically: a crash never leaves a
     half-written log). Its state (the log and the partial interval) is saved in snapshots,
-    so a resumed run writes exactly the log of the uninterrupted run.
+    so a resumed run writes exactly the log of the uninterrupted run. In a job of several
+    processes, only global rank 0 writes the file, unless ``per_rank``.
 
     The log stays one valid file holding each entry once; a torn or damaged tail is set
     aside (kept in a side file next to the log, never deleted) with a warning naming the
@@ -104,12 +106,17 @@ class LogReport(Extension):
             process group: when an entry is emitted, the sums of the interval are added up
             over the ranks (a collective: every rank needs the LogReport, with the same
             trigger), so every rank logs the same entry (``elapsed_time`` aside). A key
-            reported on some ranks only is averaged over those reports. Usually only rank
-            0 writes files (give the other ranks a writer that discards, or use
-            ``saver_rank`` for snapshots). In a snapshot written by one rank and loaded by
-            all, the partial interval is that rank's: the others restart theirs empty, so
-            that no value counts twice.
-        **kwargs: ``writer``: a writer to use instead of the manager's.
+            reported on some ranks only is averaged over those reports. In a snapshot
+            written by one rank and loaded by all, the partial interval is that rank's: the
+            others restart theirs empty, so that no value counts twice.
+        per_rank: In a job of several processes (an initialized process group of more than
+            one rank), every rank writes its own file, named with its rank before the
+            suffix (``log.rank1.jsonl`` for ``log.jsonl``, ``log.rank1`` for ``log``).
+            By default only global rank 0 writes the file; the other ranks keep their
+            entries in :attr:`log`, as rank 0 does. The rank is read at the first write.
+            Without a process group, the file is written under its name either way.
+        **kwargs: ``writer``: a writer to use instead of the manager's (``writer=`` of a
+            ``TensorBoardWriter`` included: it writes from the ranks that write files).
 
     Raises:
         ValueError: An unknown format, or ``append`` with the ``'json'`` format.
@@ -134,6 +141,7 @@ class LogReport(Extension):
         format: str | None = None,
         *,
         distributed: bool = False,
+        per_rank: bool = False,
         **kwargs: Any,
     ) -> None:
         check_keywords("LogReport", kwargs, _KWARGS)
@@ -154,6 +162,7 @@ class LogReport(Extension):
             )
             raise ValueError(message)
         self._distributed = bool(distributed)
+        self._files = RankFiles(type(self).__name__, per_rank)
         self._keys = None if keys is None else tuple(keys)
         self._log_trigger = get_trigger(trigger)
         self._postprocess = postprocess
@@ -239,7 +248,9 @@ class LogReport(Extension):
         writer = self._writer if self._writer is not None else manager.writer
         if writer is None:
             return
-        filename = self._filename.format(**entry)
+        filename = self._files.name(self._filename.format(**entry))
+        if filename is None:  # another rank writes the file
+            return
         out = manager.out
         # In place (the cost of one entry) with the default local writer and one file;
         # a whole-file atomic write or a writer append with any other writer.
@@ -358,7 +369,9 @@ class LogReport(Extension):
         warnings.warn(message, UserWarning, stacklevel=2)
 
     def initialize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Initialize the extension's own writer, if it was given one."""
+        """Initialize the extension's own writer, if it was given one; the rank that writes
+        the file is found again at the first write."""
+        self._files.reset()
         if self._writer is not None:
             self._writer.initialize(manager.out)
 

@@ -16,6 +16,7 @@ from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension, c
 from pytorch_pfn_extras.training._trigger_util import TriggerLike, get_trigger
 from pytorch_pfn_extras.training.extensions import _png_render, _png_worker
 from pytorch_pfn_extras.training.extensions._bytes import write_bytes
+from pytorch_pfn_extras.training.extensions._rank_files import RankFiles
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
@@ -75,8 +76,10 @@ class PngExtension(Extension):
     With ``background`` (the default), images are drawn by the plot worker process
     (:mod:`._png_worker`) while training goes on, and written from the training thread at the
     extension's next call once drawn; :meth:`flush` (called by :meth:`finalize`, and at
-    interpreter exit) waits for them. Subclasses provide ``_kind`` (a drawing function of
-    :mod:`._png_render`) and :meth:`_spec`, and call :meth:`_poll` at each call.
+    interpreter exit) waits for them. In a job of several processes only global rank 0 draws
+    and writes, unless ``per_rank`` (see :class:`._rank_files.RankFiles`). Subclasses provide
+    ``_kind`` (a drawing function of :mod:`._png_render`) and :meth:`_spec`, and call
+    :meth:`_poll` at each call.
     """
 
     _kind: ClassVar[str]
@@ -84,12 +87,13 @@ class PngExtension(Extension):
     _writer: Writer | None
     _background: bool
 
-    def _init_png(self, filename: str, kwargs: Mapping[str, Any]) -> None:
+    def _init_png(self, filename: str, per_rank: bool, kwargs: Mapping[str, Any]) -> None:
         background = kwargs.get("background", True)
         if not isinstance(background, bool):
             message = f"{type(self).__name__}: background must be a bool, got {background!r}"
             raise TypeError(message)
         self._filename = filename
+        self._files = RankFiles(type(self).__name__, per_rank)
         self._writer = kwargs.get("writer")
         self._background = background
         self._draw_state: dict[str, Any] = {}  # the figure kept by in-process drawing
@@ -117,11 +121,21 @@ class PngExtension(Extension):
             message = _needs_matplotlib(type(self).__name__)
             raise ImportError(message) from error
 
-    def _write(self, manager: ExtensionsManagerProtocol) -> None:
+    def _target(self, manager: ExtensionsManagerProtocol) -> tuple[Writer, str] | None:
+        """The writer and the file name of the image now; ``None`` when this process writes
+        no image (no writer, or another rank writes it)."""
         writer = self._writer if self._writer is not None else manager.writer
         if writer is None:
-            return
+            return None
         filename = self._filename.format(epoch=manager.epoch, iteration=manager.iteration)
+        name = self._files.name(filename)
+        return None if name is None else (writer, name)
+
+    def _write(self, manager: ExtensionsManagerProtocol) -> None:
+        target = self._target(manager)
+        if target is None:
+            return
+        writer, filename = target
         if not self._background:
             writer(filename, manager.out, self.render(), savefun=write_bytes)
             return
@@ -187,6 +201,10 @@ class PngExtension(Extension):
             self._complete()
         _png_worker.pending_owners.discard(self)
 
+    def initialize(self, manager: ExtensionsManagerProtocol) -> None:
+        """Find the rank that writes the images again at the first write."""
+        self._files.reset()
+
     def finalize(self, manager: ExtensionsManagerProtocol) -> None:
         """Write the images not written yet; finalize the extension's own writer, if any."""
         self.flush()
@@ -230,6 +248,11 @@ class PlotReport(PngExtension):
             accepted as an alias.
         marker: Marker of the points; ``None`` draws lines only.
         grid: Draw the axes grid.
+        per_rank: In a job of several processes (an initialized process group of more than
+            one rank), every rank writes its own image, named with its rank before the
+            suffix (``plot.rank1.png`` for ``plot.png``). By default only global rank 0
+            draws and writes it; the other ranks keep their points in :attr:`data`. The rank
+            is read at the first write.
         **kwargs: ``file_name`` (alias of ``filename``), ``writer`` (a writer to use
             instead of the manager's) and ``background`` (``True`` by default: draw in the
             plot worker).
@@ -257,6 +280,8 @@ class PlotReport(PngExtension):
         filename: str | None = None,
         marker: str | None = "x",
         grid: bool = True,
+        *,
+        per_rank: bool = False,
         **kwargs: Any,
     ) -> None:
         filename = plot_filename("PlotReport", filename, "plot.png", kwargs)
@@ -281,7 +306,7 @@ class PlotReport(PngExtension):
         self._postprocess = postprocess
         self._marker = marker
         self._grid = grid
-        self._init_png(filename, kwargs)
+        self._init_png(filename, per_rank, kwargs)
         if postprocess is not None:
             self._background = False
         self._summary = DictSummary()

@@ -1,55 +1,43 @@
 """PreemptionHandler: a job told to stop saves where it is, stops cleanly, and resumes there.
 
-The signal handler only records the signal. The extension, run at the end of every
-iteration, turns it into a decision every rank takes at the same iteration: with several
-ranks, each boundary starts a non-blocking all-reduce (MAX) of the signal this rank has seen,
-on a gloo group of its own, and reads the one started at the previous boundary, so that the
-iteration's critical path never waits for the other ranks. Once the ranks agree, every
-snapshot extension of the manager that did not run at that iteration runs once, every rank
-waits until they are committed, and the manager stops. Requeueing (``scontrol requeue``)
-happens when the manager is finalized, after its writer has written everything.
+The signal handler only records the signal (and counts repeats, which it absorbs:
+``training/_preemption/_signals.py``). The extension, run at the end of every iteration, turns
+it into a decision every rank takes at the same iteration (``_preemption/_agreement.py``):
+with several ranks, each boundary starts a non-blocking all-reduce (MAX) of the signal this
+rank has seen (and its rank), on a gloo group of its own, and reads the one started at the
+previous boundary, so that the iteration's critical path never waits for the other ranks;
+when training ends before they agreed, one blocking exchange settles it (``on_stop``). Once
+the ranks agree, every snapshot extension of the manager that did not save at that iteration
+saves once, every rank waits until they are committed, and the manager stops. Requeueing
+(``_preemption/_requeue.py``) happens when the manager is finalized, after its writer has
+written everything.
 """
 
 from __future__ import annotations
 
-import logging
-import os
+import math
 import signal
-import subprocess
-import threading
-import time
 import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.training._extension import PRIORITY_SNAPSHOT, Extension
+from pytorch_pfn_extras.training._preemption import logger
+from pytorch_pfn_extras.training._preemption._agreement import Agreement, decode, key
+from pytorch_pfn_extras.training._preemption._requeue import (
+    check_command,
+    run_requeue,
+    slurm_job_id,
+)
+from pytorch_pfn_extras.training._preemption._signals import Signals, check_signals, signal_name
 from pytorch_pfn_extras.training._snapshots._base import SnapshotExtension
 from pytorch_pfn_extras.training._trigger_base import Trigger
 from pytorch_pfn_extras.training._writer_util import finalize_writer
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
-    from pytorch_pfn_extras.training._snapshots._comm import Comm
 
 __all__ = ["PreemptionHandler"]
-
-logger = logging.getLogger("pytorch_pfn_extras.training.extensions.preemption")
-
-_SLURM_REQUEUE = ("scontrol", "requeue", "{job_id}")
-_REQUEUE_TIMEOUT = 60.0  # seconds: scontrol answers in well under a second
-
-
-def slurm_job_id() -> str | None:
-    """The id ``scontrol requeue`` takes for this Slurm job, or ``None`` outside Slurm.
-
-    A task of a job array is ``<SLURM_ARRAY_JOB_ID>_<SLURM_ARRAY_TASK_ID>``; any other job
-    is ``SLURM_JOB_ID``.
-    """
-    env = os.environ
-    array_job, array_task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-    if array_job and array_task:
-        return f"{array_job}_{array_task}"
-    return env.get("SLURM_JOB_ID") or None
 
 
 class _EveryIteration(Trigger):
@@ -62,79 +50,8 @@ class _EveryIteration(Trigger):
     def __call__(self, manager: ExtensionsManagerProtocol) -> bool:
         return True
 
-    def may_fire(self, iteration: int, epoch_len: int) -> bool:
+    def may_fire(self, iteration: int, epoch_length: int) -> bool:
         return self._handler.pending
-
-
-class _Agreement:
-    """The ranks' agreement on an iteration at which to stop, once any of them had a signal.
-
-    At some iteration boundaries (the same on every rank) :meth:`poll` reads the result of
-    the exchange started at the previous such boundary, which had the time between them to
-    complete, and starts the next one: a non-blocking all-reduce (MAX) of this rank's signal
-    and of the number of iterations it proposes until the next exchange, so that exchanges
-    happen about every ``period`` seconds (at least one iteration apart). Every rank reads
-    the same result at the same boundary: the same decision, and the same next boundary.
-
-    Args:
-        comm: The ranks, with a gloo group of their own.
-        period: Seconds between exchanges (0: after every iteration).
-    """
-
-    _MAX_INTERVAL = 10_000  # iterations between exchanges, whatever the iteration time
-
-    def __init__(self, comm: Comm, period: float) -> None:
-        import torch
-
-        self._comm = comm
-        self._period = period
-        self._buffer = torch.zeros(2, dtype=torch.int64)  # [signal, proposed interval]
-        self._view = self._buffer.numpy()  # reads and writes without a torch op
-        self._work: Any = None
-        self._countdown = 1  # boundaries until the next exchange
-        self._interval = 1  # iterations between the last exchange and the next
-        self._started_at = 0.0  # when the last exchange started (perf_counter)
-
-    def poll(self, signum: int) -> int:
-        """At an exchange boundary, start the next exchange with ``signum`` and return the
-        previous one's agreed signal (0: none); once that is not 0, none is started."""
-        self._countdown -= 1
-        if self._countdown > 0:
-            return 0
-        import torch.distributed as dist
-
-        now = time.perf_counter()
-        interval = 1
-        if self._work is not None:
-            self._work.wait()
-            agreed, interval = int(self._view[0]), int(self._view[1])
-            if agreed:
-                self._work = None  # decided: no further exchange
-                return agreed
-        proposal = 1
-        if self._period > 0 and self._started_at:
-            per_iteration = max((now - self._started_at) / self._interval, 1e-9)
-            proposal = min(max(int(self._period / per_iteration), 1), self._MAX_INTERVAL)
-        self._view[0], self._view[1] = signum, proposal
-        self._work = dist.all_reduce(
-            self._buffer, op=dist.ReduceOp.MAX, group=self._comm.group, async_op=True
-        )
-        self._countdown = self._interval = interval
-        self._started_at = now
-        return 0
-
-    def settle(self) -> None:
-        """Wait for the exchange in flight (every rank started it), if any."""
-        work, self._work = self._work, None
-        if work is not None:
-            work.wait(self._comm.timeout)
-
-    def abandon(self) -> None:
-        """Forget the exchange in flight (after an error, other ranks may never join it)."""
-        self._work = None
-
-    def barrier(self, action: str) -> None:
-        self._comm.barrier(action)
 
 
 class PreemptionHandler(Extension):
@@ -151,23 +68,33 @@ class PreemptionHandler(Extension):
     rank, through a non-blocking all-reduce on a gloo group of their own that is started at
     one exchange and read at the next, so that no rank waits for the others on the
     iteration's path; they stop together at the iteration where the exchange that carries
-    the signal is read, within about two ``check_interval`` (and one iteration) of it.
+    the signal is read, within about two ``check_interval`` (and one iteration) of it. When
+    training ends first (a signal in the last iterations), the ranks exchange once more,
+    blocking, and a signal any of them had is acted on there.
 
     There, every snapshot extension of the manager
     (:func:`~pytorch_pfn_extras.training.extensions.snapshot` and
     :func:`~pytorch_pfn_extras.training.extensions.snapshot_object`, every mode, also
-    asynchronous ones) that did not run at that iteration runs once, whatever its trigger;
-    every rank waits until they are committed; then the manager stops (``manager.stop_trigger``
-    is true, the extensions are finalized) and a warning is logged saying where and why.
-    The training loop ends normally and the process can exit 0; a later run resumes from
-    the snapshot (``autoload=True``).
+    asynchronous ones) that did not save at that iteration saves once, whatever its trigger
+    and its ``condition``; every rank waits until they are committed; then the manager
+    stops (``manager.request_stop(..., preempted=True)``: ``manager.stop_trigger`` is true,
+    the extensions are finalized) and a warning is logged on every rank saying where, why,
+    which rank received the signal and how many snapshots were saved. The training loop
+    ends normally (a further ``run_iteration()`` exits the process with ``SystemExit(0)``)
+    and a later run resumes from the snapshot (``autoload=True``).
 
-    A second signal of ``signals`` after the first restores the handler that was there
-    before (the default action for most: the process ends), so the user or the scheduler
-    can always kill the job. A forked child (a DataLoader worker) ignores the signals, as
-    it inherits the handler. The handlers are installed when training starts (by the main
-    thread only: elsewhere a warning says that signals are not caught) and the previous
-    ones restored when the manager is finalized.
+    Repeats are absorbed: a signal of ``signals`` after the first one (Slurm signals every
+    process of a job step and torchrun forwards its own copy, so each worker gets two) does
+    nothing but count, and one log line says how many were ignored. Two policies give a
+    repeat to the handler that was there before (the default action for most: the process
+    ends): a second SIGINT (a person pressing Ctrl-C twice; only if SIGINT is one of
+    ``signals``), and, with ``escalate_after``, any repeat that comes that many seconds or
+    more after the first signal. A forked child (a DataLoader worker) ignores the signals,
+    as it inherits the handler. The handlers are installed when training starts (by the
+    main thread only: elsewhere a warning says that signals are not caught). When the
+    manager is finalized, the previous ones are restored, unless the run was preempted or
+    received a signal: then they stay installed, absorbing the repeats, until the process
+    exits (a repeat during the interpreter's exit is ignored).
 
     With ``requeue=True`` under Slurm, rank 0 runs ``scontrol requeue <job>`` once the
     manager is finalized (its writer flushed): the requeued job starts again and
@@ -185,6 +112,8 @@ class PreemptionHandler(Extension):
         check_interval: With several ranks, the seconds between their exchanges (rounded
             to whole iterations, at least one; ``0``: after every iteration). An exchange
             costs a small all-reduce: 0.1 s keeps it within the noise of a training loop.
+        escalate_after: Seconds after the first signal from which a repeat is given to the
+            previous handler (``0``: every repeat; ``None``: none, the default).
 
     Attributes:
         preempted: Whether the run stopped because of a signal.
@@ -194,9 +123,10 @@ class PreemptionHandler(Extension):
 
     Raises:
         ValueError: ``signals`` is empty or holds something that is not a signal that can
-            be caught (SIGKILL and SIGSTOP cannot), or ``check_interval`` is negative.
-        TypeError: ``requeue_command`` is neither a sequence of strings nor a callable, or
-            ``check_interval`` is not a number.
+            be caught (SIGKILL and SIGSTOP cannot); ``check_interval`` or
+            ``escalate_after`` is negative, NaN or infinite.
+        TypeError: ``requeue_command`` is neither a sequence of strings nor a callable;
+            ``check_interval`` or ``escalate_after`` is not a number.
 
     Example:
         >>> manager.extend(extensions.snapshot(autoload=True), trigger=(5000, "iteration"))
@@ -213,31 +143,32 @@ class PreemptionHandler(Extension):
         requeue: bool = False,
         requeue_command: Sequence[str] | Callable[[str | None], Any] | None = None,
         check_interval: float = 0.1,
+        escalate_after: float | None = None,
     ) -> None:
-        self._signals = _check_signals(signals)
-        if isinstance(check_interval, bool) or not isinstance(check_interval, (int, float)):
-            message = f"check_interval must be a number of seconds, got {check_interval!r}"
-            raise TypeError(message)
-        if not check_interval >= 0:  # NaN too
-            message = f"check_interval must be a number of seconds >= 0, got {check_interval!r}"
-            raise ValueError(message)
-        self._check_interval = float(check_interval)
+        chosen = check_signals(signals)
+        self._check_interval = _check_seconds("check_interval", check_interval)
+        if escalate_after is not None:
+            escalate_after = _check_seconds("escalate_after", escalate_after)
         if not isinstance(requeue, bool):
             message = f"requeue must be a bool, got {requeue!r}"
             raise TypeError(message)
         self._requeue = requeue
-        self._command = _check_command(requeue_command)
+        self._command = check_command(requeue_command)
+        self._signals = Signals(chosen, escalate_after)
         self.trigger = _EveryIteration(self)
         self.preempted = False
         self.stop_iteration: int | None = None
-        self.received: int | None = None
         self.requeued = False
-        self._pid = os.getpid()
-        self._previous: dict[int, Any] = {}
-        self._agreement: _Agreement | None = None
-        self._decided = 0  # the signal the ranks agreed on, once they have
+        self._agreement: Agreement | None = None
+        self._decided = 0  # the key the ranks agreed on, once they have
         self._rank = 0
         self._failed = False
+        self._repeats_logged = False
+
+    @property
+    def received(self) -> int | None:
+        """The signal number this process received first (``None`` if none)."""
+        return self._signals.received
 
     @property
     def pending(self) -> bool:
@@ -249,51 +180,30 @@ class PreemptionHandler(Extension):
 
         Only the flag is set: the run stops at the end of an iteration, as for a signal.
         """
-        if self.received is None:
-            self.received = int(signum)
+        self._signals.notify(signum)
 
-    # ------------------------------------------------------------------ signals
-
-    def _on_signal(self, signum: int, frame: types.FrameType | None) -> None:
-        if os.getpid() != self._pid:
-            return  # a forked child (DataLoader worker): its parent handles the signal
-        if self.received is None:
-            self.received = signum
-            return
-        # The second signal: give the decision back to whoever handled it before.
-        previous = self._previous.get(signum, signal.SIG_DFL)
-        self._restore()
-        if callable(previous):
-            previous(signum, frame)
-        elif previous != signal.SIG_IGN:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-
-    def _install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            message = (
-                "PreemptionHandler: training does not run in the main thread, where Python "
-                "handles signals; signals are not caught (call notify() to stop the run)"
+    def _log_repeats(self) -> None:
+        caught = self._signals
+        if caught.repeats and not self._repeats_logged:
+            self._repeats_logged = True
+            logger.info(
+                "PreemptionHandler: ignored %d repeated signal(s) (the last: %s) after the "
+                "first (%s): the run already stops for it (escalate_after=%s)",
+                caught.repeats,
+                signal_name(caught.last_repeat or 0),
+                signal_name(caught.received or 0),
+                caught.escalate_after,
             )
-            logger.warning(message)
-            return
-        for signum in self._signals:
-            previous = signal.signal(signum, self._on_signal)
-            self._previous[signum] = signal.SIG_DFL if previous is None else previous
-
-    def _restore(self) -> None:
-        previous, self._previous = self._previous, {}
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
     # ------------------------------------------------------------------ extension
 
     def initialize(self, manager: ExtensionsManagerProtocol) -> None:
         """Check the manager, set up the ranks' agreement and install the signal handlers."""
-        if not callable(getattr(manager, "_request_stop", None)):
+        if not callable(getattr(manager, "request_stop", None)):
             message = (
-                "PreemptionHandler needs a manager of pytorch_pfn_extras.training "
-                f"(ExtensionsManager, IgniteExtensionsManager, a Trainer's), got {manager!r}"
+                "PreemptionHandler needs a manager with request_stop(reason, preempted=) "
+                "(ExtensionsManager, IgniteExtensionsManager, a Trainer's), got "
+                f"{manager!r}"
             )
             raise TypeError(message)
         import torch.distributed as dist
@@ -302,7 +212,7 @@ class PreemptionHandler(Extension):
             from pytorch_pfn_extras.training._snapshots._comm import Comm
 
             if self._agreement is None:
-                self._agreement = _Agreement(Comm(None, "PreemptionHandler"), self._check_interval)
+                self._agreement = Agreement(Comm(None, "PreemptionHandler"), self._check_interval)
             self._rank = dist.get_rank()
         if not _snapshots_of(manager):
             logger.warning(
@@ -314,39 +224,91 @@ class PreemptionHandler(Extension):
                 "PreemptionHandler(requeue=True): not running under Slurm (SLURM_JOB_ID is "
                 "not set), so a preempted job is not requeued"
             )
-        self._install()
+        self._signals.install()
+
+    def _own_key(self) -> int:
+        agreement = self._agreement
+        if self.received is None or agreement is None:
+            return 0
+        return key(self.received, agreement.rank, agreement.world_size)
 
     def __call__(self, manager: ExtensionsManagerProtocol) -> None:
         """Stop the run here if the ranks agree that a signal came (or it came here, alone)."""
+        self._log_repeats()
         if self.preempted:
             return
         agreement = self._agreement
         if agreement is None:
             if self.received is not None:
-                self._preempt(manager, self.received)
+                self._preempt(manager, self.received, 0)
             return
-        decided = agreement.poll(self.received or 0)
+        decided = agreement.poll(self._own_key())
         if decided:
             self._decided = decided
-            self._preempt(manager, decided)
+            self._preempt(manager, *decode(decided, agreement.world_size))
 
-    def _preempt(self, manager: ExtensionsManagerProtocol, signum: int) -> None:
+    def on_stop(self, manager: ExtensionsManagerProtocol) -> None:
+        """Training ends (the stop trigger fired before the ranks agreed on a signal, or
+        the manager was finalized): exchange once more, blocking; if any rank had a
+        signal, save and stop here as at any preemption."""
+        self._log_repeats()
+        if self.preempted or self._failed:
+            return
+        agreement = self._agreement
+        if agreement is None:
+            if self.received is not None:
+                self._preempt(manager, self.received, 0)
+            return
+        decided = agreement.final(self._own_key())
+        if decided:
+            self._decided = decided
+            self._preempt(manager, *decode(decided, agreement.world_size))
+
+    def _preempt(self, manager: ExtensionsManagerProtocol, signum: int, rank: int) -> None:
         iteration = manager.iteration
-        snapshots = _snapshots_of(manager)
-        for snapshot in snapshots:
-            if snapshot.ran_at != iteration:
-                snapshot(manager)
-        for snapshot in snapshots:
-            snapshot.wait_for_writes(manager)
-        if self._agreement is not None:
-            self._agreement.barrier("the end of the preemption snapshots")
+        saved, failed = self._save_all(manager, iteration)
         self.preempted = True
         self.stop_iteration = iteration
-        where = "this process" if self._agreement is None else f"rank {self._rank}'s job"
-        saved = f"after {len(snapshots)} snapshot(s)" if snapshots else "without a snapshot"
-        reason = f"{_signal_name(signum)} was received by {where}"
-        logger.warning("preempted: %s; training stops at iteration %d %s", reason, iteration, saved)
-        manager._request_stop(f"preempted ({reason})")  # type: ignore[attr-defined]
+        where = "this process" if self._agreement is None else f"rank {rank}"
+        reason = f"{signal_name(signum)} was received by {where}"
+        outcome = f"after {saved} snapshot(s)" if saved else "without a snapshot"
+        if failed:
+            names = ", ".join(f"{name!r} ({error!r})" for name, error in failed.items())
+            outcome += f"; {len(failed)} failed: {names}"
+        logger.warning(
+            "preempted: %s; training stops at iteration %d %s", reason, iteration, outcome
+        )
+        manager.request_stop(f"preempted ({reason})", preempted=True)
+        if failed:
+            raise next(iter(failed.values()))
+
+    def _save_all(
+        self, manager: ExtensionsManagerProtocol, iteration: int
+    ) -> tuple[int, dict[str, Exception]]:
+        """Save every snapshot extension that did not save at ``iteration`` and wait until
+        all are committed, on every rank; return how many saved there, and the failures by
+        extension name (one failing does not keep the others from saving)."""
+        snapshots = _snapshots_of(manager)
+        failed: dict[str, Exception] = {}
+        for name, snapshot in snapshots:
+            if snapshot.saved_at != iteration:
+                try:
+                    snapshot.save(manager)
+                except Exception as error:
+                    failed[name] = error
+        for name, snapshot in snapshots:
+            try:
+                snapshot.wait_for_writes(manager)
+            except Exception as error:
+                failed.setdefault(name, error)
+        if self._agreement is not None:
+            self._agreement.barrier("the end of the preemption snapshots")
+        saved = sum(
+            1
+            for name, snapshot in snapshots
+            if snapshot.saved_at == iteration and name not in failed
+        )
+        return saved, failed
 
     def on_error(
         self,
@@ -360,8 +322,9 @@ class PreemptionHandler(Extension):
             self._agreement.abandon()
 
     def finalize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Restore the previous signal handlers; after a preemption with ``requeue``, flush
-        the manager's writer and requeue the job (rank 0)."""
+        """After a preemption with ``requeue``, flush the manager's writer and requeue the
+        job (rank 0); restore the previous signal handlers unless the run was preempted or
+        received a signal (then they stay until the process exits)."""
         try:
             if self._agreement is not None and not self._failed:
                 self._agreement.settle()
@@ -369,92 +332,28 @@ class PreemptionHandler(Extension):
                 writer = getattr(manager, "writer", None)
                 if writer is not None:
                     finalize_writer(writer)  # everything written before the job is requeued
-                self.requeued = self._run_requeue()
+                self.requeued = run_requeue(self._command)
         finally:
-            self._restore()
-
-    def _run_requeue(self) -> bool:
-        job_id = slurm_job_id()
-        command = self._command
-        if command is None:
-            if job_id is None:
-                return False  # the warning was given when training started
-            command = _SLURM_REQUEUE
-        if callable(command):
-            command(job_id)
-            return True
-        argv = [part.format(job_id=job_id) for part in command]
-        # Said before: Slurm may end this process as soon as the job is requeued.
-        logger.warning("PreemptionHandler: requeueing the job with %s", argv)
-        try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=_REQUEUE_TIMEOUT, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            logger.error("PreemptionHandler: the requeue command %s failed: %s", argv, error)
-            return False
-        if done.returncode != 0:
-            logger.error(
-                "PreemptionHandler: the requeue command %s exited with %d: %s",
-                argv,
-                done.returncode,
-                (done.stderr or done.stdout).strip(),
-            )
-            return False
-        logger.info("PreemptionHandler: requeued the job with %s", argv)
-        return True
+            self._log_repeats()
+            if self.preempted or self.received is not None:
+                self._signals.keep_until_exit()
+            else:
+                self._signals.restore()
 
 
-def _snapshots_of(manager: ExtensionsManagerProtocol) -> list[SnapshotExtension]:
+def _snapshots_of(manager: ExtensionsManagerProtocol) -> list[tuple[str, SnapshotExtension]]:
     return [
-        entry.extension
-        for _, entry in getattr(manager, "extensions", ())
+        (name, entry.extension)
+        for name, entry in getattr(manager, "extensions", ())
         if isinstance(entry.extension, SnapshotExtension)
     ]
 
 
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def _check_signals(signals: Iterable[int]) -> tuple[int, ...]:
-    if isinstance(signals, int):
-        signals = (signals,)
-    try:
-        chosen = tuple(signals)
-    except TypeError:
-        message = f"signals must be signal numbers (e.g. signal.SIGTERM), got {signals!r}"
-        raise TypeError(message) from None
-    if not chosen:
-        message = "signals must name at least one signal (e.g. signal.SIGTERM)"
-        raise ValueError(message)
-    valid = signal.valid_signals()
-    for signum in chosen:
-        if isinstance(signum, bool) or not isinstance(signum, int) or signum not in valid:
-            message = f"signals must be signal numbers (e.g. signal.SIGTERM), got {signum!r}"
-            raise ValueError(message)
-        if signum in (signal.SIGKILL, signal.SIGSTOP):
-            message = f"{_signal_name(signum)} cannot be caught; choose e.g. signal.SIGTERM"
-            raise ValueError(message)
-    return tuple(dict.fromkeys(int(s) for s in chosen))
-
-
-def _check_command(
-    command: Sequence[str] | Callable[[str | None], Any] | None,
-) -> Sequence[str] | Callable[[str | None], Any] | None:
-    if command is None or callable(command):
-        return command
-    if (
-        isinstance(command, str)
-        or not isinstance(command, Iterable)
-        or not all(isinstance(part, str) for part in command)
-    ):
-        message = (
-            "requeue_command must be a sequence of strings (arguments, formatted with "
-            f"{{job_id}}) or a callable fn(job_id), got {command!r}"
-        )
+def _check_seconds(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        message = f"{name} must be a number of seconds, got {value!r}"
         raise TypeError(message)
-    return tuple(command)
+    if not 0 <= value < math.inf:  # NaN too
+        message = f"{name} must be a number of seconds >= 0 and finite, got {value!r}"
+        raise ValueError(message)
+    return float(value)

@@ -49,6 +49,10 @@ class ProfileReport(LogReport):
             ``None`` writes no file.
         append: Append entries to the file (``'json-lines'`` and ``'yaml'`` only).
         format: ``'json'``, ``'json-lines'`` or ``'yaml'``; inferred from ``filename``.
+        per_rank: In a job of several processes (an initialized process group of more than
+            one rank), every rank writes its own file, named with its rank before the
+            suffix (``profile.rank1.jsonl`` for ``profile.jsonl``). By default only global
+            rank 0 writes it; every rank reports its timings and keeps its :attr:`log`.
         **kwargs: ``writer``: a writer to use instead of the manager's.
 
     Raises:
@@ -70,6 +74,8 @@ class ProfileReport(LogReport):
         filename: str | None = None,
         append: bool = False,
         format: str | None = None,
+        *,
+        per_rank: bool = False,
         **kwargs: Any,
     ) -> None:
         self._store_keys = _key_set(store_keys, "store_keys")
@@ -83,6 +89,7 @@ class ProfileReport(LogReport):
             filename="profile" if filename is None else filename,
             append=append,
             format=format,
+            per_rank=per_rank,
             **kwargs,
         )
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytorch_pfn_extras.profiler import ChromeTracer, Tracer, get_tracer
 from pytorch_pfn_extras.training._extension import PRIORITY_READER, Extension, check_keywords
 from pytorch_pfn_extras.training._trigger_util import Trigger, TriggerLike, get_trigger
 from pytorch_pfn_extras.training.extensions._bytes import write_bytes
+from pytorch_pfn_extras.training.extensions._rank_files import RankFiles
+from pytorch_pfn_extras.writing import Writer
 
 if TYPE_CHECKING:
     from pytorch_pfn_extras.training._manager_protocol import ExtensionsManagerProtocol
-    from pytorch_pfn_extras.writing import Writer
 
 _KWARGS = ("writer",)
 
@@ -25,6 +26,22 @@ def _closing_bytes() -> bytes:
     event = {"name": "process_name", "ph": "M", "pid": os.getpid(), "tid": 0}
     event["args"] = {"name": "pytorch-pfn-extras training"}
     return (json.dumps(event) + "\n]\n").encode()
+
+
+class _Unwritten(Writer):
+    """The writer of a rank that writes no trace file: it takes the tracer's flushes and
+    writes nothing, so that the events leave memory as they do on the rank that writes."""
+
+    def __call__(
+        self,
+        filename: str,
+        out_dir: str,
+        target: Any,
+        *,
+        savefun: Callable[..., None] | None = None,
+        append: bool = False,
+    ) -> None:
+        return None
 
 
 class TimelineTrace(Extension):
@@ -44,6 +61,10 @@ class TimelineTrace(Extension):
     The tracer's events not yet written are kept in snapshots; events written after the
     last snapshot are written again by a resumed run.
 
+    In a job of several processes only global rank 0 writes the file, unless ``per_rank``;
+    the tracer of the other ranks is flushed all the same (its events leave memory), into
+    nothing.
+
     Args:
         trigger: When to write the events; each epoch by default.
         filename: Trace file under the output directory (``'chrome_trace.json'`` by default).
@@ -52,6 +73,10 @@ class TimelineTrace(Extension):
         disable: Trigger that turns recording off; never when ``None``.
         tracer: The tracer to write; the process-wide one by default (the one the manager
             and :func:`~pytorch_pfn_extras.profiler.record` use).
+        per_rank: In a job of several processes (an initialized process group of more than
+            one rank), every rank writes its own trace, named with its rank before the
+            suffix (``chrome_trace.rank1.json`` for ``chrome_trace.json``). By default only
+            global rank 0 writes it. The rank is read at the first write.
         **kwargs: ``writer``: a writer to use instead of the manager's.
 
     Raises:
@@ -73,6 +98,8 @@ class TimelineTrace(Extension):
         enable: TriggerLike = None,
         disable: TriggerLike = None,
         tracer: Tracer | None = None,
+        *,
+        per_rank: bool = False,
         **kwargs: Any,
     ) -> None:
         check_keywords("TimelineTrace", kwargs, _KWARGS)
@@ -88,6 +115,7 @@ class TimelineTrace(Extension):
         self._enable_trigger: Trigger | None = None if enable is None else get_trigger(enable)
         self._disable_trigger: Trigger | None = None if disable is None else get_trigger(disable)
         self._filename = filename
+        self._files = RankFiles("TimelineTrace", per_rank)
         self._tracer = tracer
         self._writer: Writer | None = kwargs.get("writer")
 
@@ -99,7 +127,9 @@ class TimelineTrace(Extension):
         return self._tracer
 
     def initialize(self, manager: ExtensionsManagerProtocol) -> None:
-        """Initialize an own writer (the tracer records as it is, from the start)."""
+        """Initialize an own writer (the tracer records as it is, from the start); the rank
+        that writes the file is found again at the first write."""
+        self._files.reset()
         if self._writer is not None:
             self._writer.initialize(manager.out)
 
@@ -112,21 +142,27 @@ class TimelineTrace(Extension):
         if self._write_trigger(manager):
             self._flush(manager)
 
-    def _flush(self, manager: ExtensionsManagerProtocol) -> Writer | None:
+    def _flush(self, manager: ExtensionsManagerProtocol) -> tuple[str, Writer] | None:
+        """Flush the tracer; return the file name and the writer it went to, if any."""
         writer = self._writer if self._writer is not None else manager.writer
-        if writer is not None:
-            self.tracer.flush(self._filename, writer)
-        return writer
+        if writer is None:
+            return None
+        filename = self._files.name(self._filename)
+        if filename is None:  # another rank writes the file
+            filename, writer = self._filename, _Unwritten()
+        self.tracer.flush(filename, writer)
+        return filename, writer
 
     def finalize(self, manager: ExtensionsManagerProtocol) -> None:
         """Write the remaining events and close the trace file's JSON array."""
         tracer = self.tracer
-        writer = self._flush(manager)
-        if writer is not None and isinstance(tracer, ChromeTracer):
+        target = self._flush(manager)
+        if target is not None and isinstance(tracer, ChromeTracer):
+            filename, writer = target
             state = tracer.state_dict()
             if state["started"]:
                 writer(
-                    self._filename,
+                    filename,
                     writer.out_dir,
                     _closing_bytes(),
                     savefun=write_bytes,

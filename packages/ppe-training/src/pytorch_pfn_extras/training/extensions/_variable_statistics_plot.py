@@ -311,6 +311,11 @@ class VariableStatisticsPlot(PngExtension):
         figsize: Size of the figure in inches; ``(6.4 * panels, 4.8)`` by default.
         marker: Marker of the mean and std lines.
         grid: Draw the grid.
+        per_rank: In a job of several processes (an initialized process group of more than
+            one rank), every rank writes its own image, named with its rank before the
+            suffix (``statistics.rank1.png`` for ``statistics.png``). By default only global
+            rank 0 draws and writes it; every rank keeps its sample. The rank is read at the
+            first write.
         **kwargs: ``file_name``, ``writer`` (a writer to use instead of the manager's) and
             ``background`` (``True`` by default: draw in the plot worker).
 
@@ -342,6 +347,8 @@ class VariableStatisticsPlot(PngExtension):
         figsize: tuple[float, float] | None = None,
         marker: str | None = None,
         grid: bool = True,
+        *,
+        per_rank: bool = False,
         **kwargs: Any,
     ) -> None:
         filename = plot_filename("VariableStatisticsPlot", filename, "statistics.png", kwargs)
@@ -362,7 +369,7 @@ class VariableStatisticsPlot(PngExtension):
         self._figsize = figsize
         self._marker = marker
         self._grid = grid
-        self._init_png(filename, kwargs)
+        self._init_png(filename, per_rank, kwargs)
 
     available = staticmethod(PlotReport.available)
 
@@ -432,15 +439,18 @@ class VariableStatisticsPlot(PngExtension):
 
     def save_plot_using_module(self, plt: Any, manager: ExtensionsManagerProtocol) -> None:
         """Draw the plot on a figure of ``plt`` (pyplot, or a module with its ``figure`` and
-        ``close``) in this process and write it now, as PPE's extension does at its trigger.
+        ``close``) in this process and write it now, as PPE's extension does at its trigger
+        (in a job of several processes, from the ranks that write the image: see
+        ``per_rank``).
 
         Args:
             plt: ``matplotlib.pyplot``.
             manager: The manager whose writer and output directory are used.
         """
-        writer = self._writer if self._writer is not None else manager.writer
-        if writer is None:
+        target = self._target(manager)
+        if target is None:
             return
+        writer, filename = target
         spec = self._spec()
         figure = plt.figure(
             figsize=_png_render.variable_statistics_size(spec), layout="constrained"
@@ -451,7 +461,6 @@ class VariableStatisticsPlot(PngExtension):
             figure.savefig(buffer, format="png")
         finally:
             plt.close(figure)
-        filename = self._filename.format(epoch=manager.epoch, iteration=manager.iteration)
         writer(filename, manager.out, buffer.getvalue(), savefun=write_bytes)
 
     def state_dict(self) -> dict[str, Any]:
