@@ -157,6 +157,29 @@ def torchrun() -> Callable[..., subprocess.CompletedProcess[str]]:
     return _torchrun
 
 
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """The seed of the test's random choices (iterations to signal at...), printed with how to
+    replay it: ``PPE_TEST_SEED`` when set; in CI (``CI`` set) one fixed per test, as CI runs
+    the property tests derandomized; otherwise a fresh one."""
+    import random
+    import zlib
+
+    given = os.environ.get("PPE_TEST_SEED")
+    if given:
+        try:
+            chosen = int(given)
+        except ValueError:
+            message = f"PPE_TEST_SEED must be an integer seed, got {given!r}"
+            raise ValueError(message) from None
+    elif os.environ.get("CI"):
+        chosen = zlib.crc32(request.node.name.encode())
+    else:
+        chosen = random.randrange(1 << 30)
+    print(f"{request.node.name}: random choices from seed {chosen} (PPE_TEST_SEED={chosen})")
+    return chosen
+
+
 @pytest.fixture(scope="session")
 def sharded_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The result of an uninterrupted ``sharded_train.py`` run on the local disk, without

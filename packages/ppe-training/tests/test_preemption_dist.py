@@ -10,14 +10,12 @@ signal does not report them). The random iterations come from a seed that each t
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,27 +53,6 @@ CASES = [
     # stop comes within two exchanges and an iteration.
     ("ddp", ("--mode", "SHARDED", "--check-interval", "0.2", "--sleep", "0.05"), ((2, 3),), 9),
 ]
-
-
-def _seed(request: pytest.FixtureRequest) -> int:
-    """The seed of the test's random iterations, printed with how to replay it.
-
-    ``PPE_TEST_SEED`` when set; in CI (``CI`` set) one fixed per test, as CI runs the
-    property tests derandomized; otherwise a fresh one.
-    """
-    given = os.environ.get("PPE_TEST_SEED")
-    if given:
-        try:
-            seed = int(given)
-        except ValueError:
-            message = f"PPE_TEST_SEED must be an integer seed, got {given!r}"
-            raise ValueError(message) from None
-    elif os.environ.get("CI"):
-        seed = zlib.crc32(request.node.name.encode())
-    else:
-        seed = random.randrange(1 << 30)
-    print(f"{request.node.name}: random iterations from seed {seed} (PPE_TEST_SEED={seed})")
-    return seed
 
 
 class Job:
@@ -146,7 +123,7 @@ def _stops(process: subprocess.CompletedProcess[str]) -> dict[int, tuple[int, bo
 
 @pytest.mark.parametrize(("model", "options", "windows", "slack"), CASES)
 def test_two_ranks_stop_together_after_one_snapshot_and_resume_exactly(
-    request: pytest.FixtureRequest,
+    seed: int,
     tmp_path: Path,
     model: str,
     options: tuple[str, ...],
@@ -156,7 +133,6 @@ def test_two_ranks_stop_together_after_one_snapshot_and_resume_exactly(
     sharded_reference: dict[str, Any],
     assert_same_training: Callable[[dict[str, Any], dict[str, Any]], None],
 ) -> None:
-    seed = _seed(request)
     rng = random.Random(seed)
     job = Job(tmp_path / "out", model, options, torchrun)
     stopped = 0
@@ -191,9 +167,8 @@ def test_two_ranks_stop_together_after_one_snapshot_and_resume_exactly(
 
 
 def test_one_process_stops_at_a_random_sigterm_and_resumes_bit_for_bit(
-    request: pytest.FixtureRequest, tmp_path: Path, sharded_reference: dict[str, Any]
+    seed: int, tmp_path: Path, sharded_reference: dict[str, Any]
 ) -> None:
-    seed = _seed(request)
     signal_at = random.Random(seed).randint(1, 11)
     command = [sys.executable, str(SCRIPT), str(tmp_path), "--mode", "DEFAULT", "--preempt"]
     first = subprocess.run(

@@ -18,7 +18,6 @@ import re
 import signal
 import subprocess
 import sys
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,19 +31,6 @@ TIMEOUT = 240
 pytestmark = pytest.mark.slow
 
 
-def _seed(request: pytest.FixtureRequest) -> int:
-    """``PPE_TEST_SEED`` when set; in CI one fixed per test; otherwise a fresh one."""
-    given = os.environ.get("PPE_TEST_SEED")
-    if given:
-        seed = int(given)
-    elif os.environ.get("CI"):
-        seed = zlib.crc32(request.node.name.encode())
-    else:
-        seed = random.randrange(1 << 30)
-    print(f"{request.node.name}: random iterations from seed {seed} (PPE_TEST_SEED={seed})")
-    return seed
-
-
 _CASE = re.compile(
     r"CASE (\d) RANK (\d) STOP (\d+) PREEMPTED (True|False) BY ([\d,-]+) IGNORED (\d+) "
     r"SNAPSHOTS ([\d,]+) EQUAL (True|False)"
@@ -53,12 +39,11 @@ _CASE = re.compile(
 
 @pytest.mark.parametrize("agent_window", [(2, 7), (ITERATIONS - 4, ITERATIONS)])
 def test_repeated_sigterms_on_two_ranks_stop_them_once_with_one_snapshot_and_exit_0(
-    request: pytest.FixtureRequest,
+    seed: int,
     tmp_path: Path,
     agent_window: tuple[int, int],
     torchrun: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    seed = _seed(request)
     rng = random.Random(seed)
     # (target, iteration, rank): a burst of 3 to one worker anywhere; 2 to every worker in
     # the last 5 iterations; then 1 to the agent and 1 to every worker at once, which ends
