@@ -126,21 +126,6 @@ def init_distributed() -> tuple[int, int]:
     return 1, 0
 
 
-class DiscardWriter(ppe.writing.Writer):
-    """The writer of ranks other than 0: their logs and plots are rank 0's, which writes them."""
-
-    def __call__(
-        self,
-        filename: str,
-        out_dir: str,
-        target: Any,
-        *,
-        savefun: Any = None,
-        append: bool = False,
-    ) -> None:
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="result", help="output directory (default: result)")
@@ -231,7 +216,6 @@ def main(argv: list[str] | None = None) -> int:
         evaluator=(evaluator, log_trigger),
         extensions=trainer_extensions,
         out_dir=args.out,
-        writer=DiscardWriter() if rank > 0 else None,
         options={"backward_outputs": ["loss"], "train_report_keys": ["loss", "accuracy"]},
         transform_model=lambda name, module: model,  # snapshots hold the bare model
     )
